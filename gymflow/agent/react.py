@@ -1,0 +1,24 @@
+"""ReAct turns: `Thought: ...` then `Action: ...`, the format AgentGym's prompts ask for."""
+
+from __future__ import annotations
+
+import re
+
+_ACTION = re.compile(r"Action\s*:\s*(.+)", re.IGNORECASE | re.DOTALL)
+
+
+def format_react(thought: str, action: str) -> str:
+    return f"Thought: {thought.strip()}\nAction: {action.strip()}"
+
+
+def parse_action(reply: str) -> str | None:
+    """The action of a ReAct reply: the first line after the last `Action:`; None if there is none.
+
+    Models sometimes write several `Action:` markers; the last one is the one they settled on.
+    """
+    matches = list(_ACTION.finditer(reply))
+    if not matches:
+        return None
+    lines = [line.strip() for line in matches[-1].group(1).strip().splitlines()]
+    action = lines[0].strip().strip("`\"'").strip() if lines else ""
+    return action or None

@@ -1,0 +1,176 @@
+"""The `gymflow` command.
+
+gymflow envs                                   # environments, tasks per split, reward, turn limit, solver
+gymflow play maze [--task-id ID]               # play an episode yourself
+gymflow solve maze --n 50 [--split eval] [--json]
+gymflow sql "select env, count(*) from episodes group by env"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+from rich.console import Console
+from rich.table import Table
+
+from gymflow.envs import ENVS, make_env
+from gymflow.envs.base import Task
+from gymflow.envs.instructions import build_splits, load_tasks, tasks_file
+from gymflow.errors import UserError
+from gymflow.rollout.expert import run_expert
+from gymflow.store.db import connect
+
+console = Console()
+
+
+def get_tasks(data: Path, env: str, split: str, n: int) -> list[Task]:
+    """The first `n` tasks of a split: from the instruction set if built, otherwise freshly drawn (seed 0)."""
+    if env not in ENVS:
+        raise UserError(f"unknown environment {env!r}; choose one of: {', '.join(sorted(ENVS))}")
+    if tasks_file(data, env).exists():
+        tasks = load_tasks(data, env, split)
+        if len(tasks) < n:
+            raise UserError(
+                f"{env} has only {len(tasks)} {split} tasks in {data}; ask for --n {len(tasks)} or fewer"
+            )
+        return tasks[:n]
+    sizes = {"n_train": n, "n_eval": 0} if split == "train" else {"n_train": 0, "n_eval": n}
+    return build_splits(ENVS[env], seed=0, **sizes)[split]
+
+
+def cmd_envs(args: argparse.Namespace) -> None:
+    table = Table("env", "train", "eval", "reward", "turns", "expert", "description")
+    for name, cls in sorted(ENVS.items()):
+        spec, counts = cls.spec, Counter()
+        if tasks_file(args.data, name).exists():
+            counts = Counter(t.split for t in load_tasks(args.data, name))
+        lo, hi = spec.reward_range
+        table.add_row(
+            name,
+            str(counts.get("train", "-")),
+            str(counts.get("eval", "-")),
+            f"[{lo:g}, {hi:g}]",
+            str(spec.max_turns),
+            spec.expert,
+            spec.description,
+        )
+    console.print(table)
+
+
+def cmd_solve(args: argparse.Namespace) -> None:
+    tasks = get_tasks(args.data, args.env, args.split, args.n)
+    env = make_env(args.env)
+    try:
+        episodes = [run_expert(env, task) for task in tasks]
+    finally:
+        env.close()
+    n = len(episodes)
+    result = {
+        "env": args.env,
+        "n": n,
+        "success": sum(e.success for e in episodes) / n,
+        "mean_reward": sum(e.reward for e in episodes) / n,
+        "mean_turns": sum(e.turns for e in episodes) / n,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        table = Table(*result)
+        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in result.values()))
+        console.print(table)
+
+
+def cmd_play(args: argparse.Namespace) -> None:
+    if args.task_id:
+        tasks = [t for t in load_tasks(args.data, args.env) if t.task_id == args.task_id]
+        if not tasks:
+            raise UserError(
+                f'no task {args.task_id!r} for {args.env}; list ids with: gymflow sql "select task_id '
+                f"from tasks where env = '{args.env}'\""
+            )
+        task = tasks[0]
+    else:
+        task = get_tasks(args.data, args.env, "eval", 1)[0]
+    env = make_env(args.env)
+    console.print(
+        f"[bold]{args.env}[/] task {task.task_id} ({task.difficulty}). "
+        "Type an action; 'actions' lists valid ones, 'hint' asks the expert, 'quit' stops."
+    )
+    console.print(env.reset(task), markup=False, highlight=False)
+    try:
+        while not env.done and env.turns < env.spec.max_turns:
+            action = console.input(f"[bold cyan]{env.turns + 1}>[/] ").strip()
+            if action == "quit":
+                break
+            if action == "actions":
+                console.print(", ".join(env.available_actions() or ["(this environment does not list them)"]))
+                continue
+            if action == "hint":
+                thought, move = env.expert_step()
+                console.print(f"expert: {thought} -> {move}", markup=False)
+                continue
+            step = env.step(action)
+            console.print(step.observation, markup=False, highlight=False)
+        verdict = "success" if env.spec.is_success(env.reward) else "no success"
+        console.print(f"[bold]episode over[/]: reward {env.reward:g} ({verdict}) in {env.turns} turns")
+    except EOFError:
+        pass
+    finally:
+        env.close()
+
+
+def cmd_sql(args: argparse.Namespace) -> None:
+    db = connect(args.data)
+    try:
+        rel = db.sql(args.query)
+    except duckdb.Error as e:
+        raise UserError(f"SQL: {str(e).splitlines()[0]} (tables: tasks, episodes, turns)") from None
+    if rel is None:
+        return
+    table = Table(*rel.columns)
+    for row in rel.fetchall():
+        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
+    console.print(table)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gymflow", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument("--data", type=Path, default=Path("data"), help="the data folder (default: data)")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("envs", help="list environments").set_defaults(func=cmd_envs)
+    play = sub.add_parser("play", help="play an episode in the terminal")
+    play.add_argument("env")
+    play.add_argument("--task-id")
+    play.set_defaults(func=cmd_play)
+    solve = sub.add_parser("solve", help="run the expert solver on N tasks")
+    solve.add_argument("env")
+    solve.add_argument("--n", type=int, default=50)
+    solve.add_argument("--split", choices=["train", "eval"], default="train")
+    solve.add_argument("--json", action="store_true", help="print one JSON object")
+    solve.set_defaults(func=cmd_solve)
+    sql = sub.add_parser("sql", help="query the rollout tables (tasks, episodes, turns) with DuckDB SQL")
+    sql.add_argument("query")
+    sql.set_defaults(func=cmd_sql)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if getattr(args, "n", 1) < 1:
+        print("error: --n must be at least 1", file=sys.stderr)
+        sys.exit(2)
+    try:
+        args.func(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)

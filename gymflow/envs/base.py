@@ -1,0 +1,162 @@
+"""The environment protocol every gymflow environment speaks.
+
+A `Task` is one row of the instruction table. An `Env` plays one task at a time:
+
+    env = make_env("maze")
+    obs = env.reset(task)               # first observation (the instruction is in it)
+    step = env.step("move up")          # Step(observation, reward, done, info)
+    thought, action = env.expert_step() # the expert solver's next move (privileged)
+    env.close()
+
+Invalid or malformed actions are part of the game: `step` answers them with an observation that
+says what was wrong and never raises. Stepping a finished episode is a programming error and raises
+`EpisodeOver`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+class EpisodeOver(RuntimeError):
+    """`step` was called after the episode ended (or before `reset`)."""
+
+
+class NoExpert(RuntimeError):
+    """The environment has no expert move in this state."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One instruction: what to do (`instruction`) and what only training may see (`hidden`)."""
+
+    env: str
+    task_id: str
+    split: str
+    difficulty: str
+    seed: int
+    instruction: str
+    hidden: dict[str, Any] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["hidden"] = json.dumps(self.hidden, sort_keys=True)
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Task:
+        hidden = row["hidden"]
+        return cls(
+            env=row["env"],
+            task_id=row["task_id"],
+            split=row["split"],
+            difficulty=str(row["difficulty"]),
+            seed=int(row["seed"]),
+            instruction=row["instruction"],
+            hidden=json.loads(hidden) if isinstance(hidden, str) else dict(hidden),
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one action did. `reward` is the episode's reward so far, in the declared range; the
+    episode's reward is that of its last step (most games here pay only at the end)."""
+
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What an environment declares about itself."""
+
+    name: str
+    description: str
+    system_prompt: str
+    reward_range: tuple[float, float]
+    success_threshold: float  # an episode succeeds when its final reward is at least this
+    max_turns: int  # default turn limit (AgentGym / AgentGym-RL settings)
+    expert: str  # what produces the expert trajectories, shown by `gymflow envs`
+
+    def is_success(self, reward: float) -> bool:
+        return reward >= self.success_threshold
+
+
+class Env(ABC):
+    """Base class: subclasses implement the game; this class keeps the episode bookkeeping."""
+
+    spec: ClassVar[EnvSpec]
+
+    def __init__(self) -> None:
+        self.task: Task | None = None
+        self.done = True
+        self.turns = 0
+        self.reward = 0.0
+
+    # ---- task generation -------------------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def generate(cls, split: str, seed: int) -> Iterator[Task]:
+        """Yield distinct candidate tasks for `split`, in a seeded random order.
+
+        The stream may be endless; `gymflow.envs.instructions` draws from it, balanced over
+        `difficulty`. Environments with an official split (ScienceWorld variations) honour `split`;
+        the others ignore it and rely on the draw to keep splits disjoint by `task_id`.
+        """
+
+    @classmethod
+    def difficulties(cls) -> list[str]:
+        """The difficulty levels or categories, in order; instruction sets are balanced over them."""
+        return []
+
+    # ---- episode ---------------------------------------------------------------------------------
+    def reset(self, task: Task) -> str:
+        if task.env != self.spec.name:
+            raise ValueError(f"task {task.task_id} is for env {task.env!r}, not {self.spec.name!r}")
+        self.task = task
+        self.done = False
+        self.turns = 0
+        self.reward = 0.0
+        return self._reset(task)
+
+    def step(self, action: str) -> Step:
+        if self.done:
+            raise EpisodeOver(
+                f"{self.spec.name}: step() after the episode ended; call reset() to start a new one"
+            )
+        self.turns += 1
+        step = self._step(action.strip())
+        self.reward = step.reward
+        self.done = step.done
+        return step
+
+    def available_actions(self) -> list[str] | None:
+        """The actions valid now, where the environment can list them; None otherwise."""
+        return None
+
+    def expert_step(self) -> tuple[str, str]:
+        """The expert's (thought, action) for the current state. Uses privileged state."""
+        raise NoExpert(f"{self.spec.name} has no expert solver")
+
+    def close(self) -> None:  # noqa: B027 (optional hook, not abstract)
+        """Release external resources (processes, files)."""
+
+    @abstractmethod
+    def _reset(self, task: Task) -> str: ...
+
+    @abstractmethod
+    def _step(self, action: str) -> Step: ...
+
+
+def task_rng(*parts: object) -> random.Random:
+    """A random generator seeded by a stable hash of `parts` (Python's hash() is salted per process)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "little"))

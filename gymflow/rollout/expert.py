@@ -1,0 +1,36 @@
+"""Expert episodes (AgentTraj): the environment's solver plays, each move written as a ReAct turn."""
+
+from __future__ import annotations
+
+import time
+
+from gymflow.agent.react import format_react
+from gymflow.envs.base import Env, Task
+from gymflow.rollout.records import Episode, Message
+
+
+def run_expert(env: Env, task: Task, max_turns: int | None = None) -> Episode:
+    """Play `task` with the expert solver for at most `max_turns` turns (default: the env's limit)."""
+    horizon = max_turns or env.spec.max_turns
+    start = time.perf_counter()
+    messages = [Message("system", env.spec.system_prompt), Message("user", env.reset(task))]
+    end_reason, reward = "turn_limit", 0.0
+    for _ in range(horizon):
+        thought, action = env.expert_step()
+        messages.append(Message("assistant", format_react(thought, action), action=action))
+        step = env.step(action)
+        reward = step.reward
+        messages.append(Message("user", step.observation, reward=step.reward))
+        if step.done:
+            end_reason = "done"
+            break
+    return Episode(
+        task=task,
+        messages=messages,
+        reward=reward,
+        success=env.spec.is_success(reward),
+        turns=env.turns,
+        horizon=horizon,
+        end_reason=end_reason,
+        wall_time=time.perf_counter() - start,
+    )

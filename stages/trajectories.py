@@ -1,0 +1,28 @@
+"""Stage `trajectories` (AgentTraj): the expert solvers play the first train tasks of each environment.
+
+    dvc repro trajectories        # or: python -m stages.trajectories
+Writes data/rollouts/trajectories/<env>.{episodes,turns}.parquet (successes only),
+data/agenttraj/<env>.json (AgentGym's conversation format) and data/metrics/trajectories.json.
+"""
+
+from gymflow.config import load_params
+from gymflow.envs.instructions import load_tasks
+from gymflow.rollout.agenttraj import collect, summarize
+from gymflow.rollout.records import RunInfo, config_hash
+from gymflow.stage import run_stage, write_metrics
+
+ROLLOUTS = "data/rollouts/trajectories"
+
+
+def main() -> None:
+    params = load_params()
+    n = params.trajectories.tasks
+    tasks = {env: load_tasks("data", env, "train")[: n[env]] for env in params.envs}
+    digest = config_hash([params.instructions.model_dump(), params.trajectories.model_dump()])
+    info = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert", config_hash=digest)
+    collect(tasks, ROLLOUTS, "data/agenttraj", info)
+    write_metrics("trajectories", summarize(ROLLOUTS, params.envs))
+
+
+if __name__ == "__main__":
+    run_stage(main)
