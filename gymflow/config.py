@@ -60,9 +60,9 @@ class Params(Section):
 
 def _describe(err: ValidationError) -> str:
     first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "params"
+    where = ".".join(str(p) for p in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
-    return f"{where}: {msg}"
+    return f"{where}: {msg}" if where else msg
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

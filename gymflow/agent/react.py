@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-_ACTION = re.compile(r"Action\s*:\s*(.+)", re.IGNORECASE | re.DOTALL)
+_ACTION = re.compile(r"Action\s*:", re.IGNORECASE)
 
 
 def format_react(thought: str, action: str) -> str:
@@ -19,6 +19,6 @@ def parse_action(reply: str) -> str | None:
     matches = list(_ACTION.finditer(reply))
     if not matches:
         return None
-    lines = [line.strip() for line in matches[-1].group(1).strip().splitlines()]
-    action = lines[0].strip().strip("`\"'").strip() if lines else ""
+    rest = reply[matches[-1].end() :].strip()
+    action = rest.splitlines()[0].strip().strip("`\"'").strip() if rest else ""
     return action or None

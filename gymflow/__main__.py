@@ -1,0 +1,3 @@
+from gymflow.cli import main
+
+main()

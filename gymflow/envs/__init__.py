@@ -1,0 +1,29 @@
+"""Environment registry: a plain dict from name to class, so what a stage uses stays visible."""
+
+from gymflow.envs.babyai import BabyAI
+from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
+from gymflow.envs.household import Household
+from gymflow.envs.maze import Maze
+from gymflow.envs.sciworld import SciWorld
+from gymflow.envs.textcraft import TextCraft
+from gymflow.envs.wordle import Wordle
+from gymflow.errors import UserError
+
+ENVS: dict[str, type[Env]] = {
+    "maze": Maze,
+    "wordle": Wordle,
+    "textcraft": TextCraft,
+    "babyai": BabyAI,
+    "sciworld": SciWorld,
+    "household": Household,
+}
+
+
+def make_env(name: str) -> Env:
+    """A fresh environment by registered name, with an error that lists the valid names."""
+    if name not in ENVS:
+        raise UserError(f"unknown environment {name!r}; choose one of: {', '.join(sorted(ENVS))}")
+    return ENVS[name]()
+
+
+__all__ = ["ENVS", "Env", "EnvSpec", "EpisodeOver", "NoExpert", "Step", "Task", "make_env"]
