@@ -1,0 +1,84 @@
+"""The `gymflow` command, run as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gymflow.envs import ENVS
+from gymflow.envs.instructions import build_splits, save_tasks
+from gymflow.rollout.agenttraj import write_episodes
+from gymflow.rollout.expert import run_expert
+from gymflow.rollout.records import RunInfo
+
+
+def gymflow(*args, data=None, stdin=""):
+    cmd = [sys.executable, "-m", "gymflow", *(["--data", str(data)] if data else []), *args]
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A data folder with maze instructions and a few expert episodes."""
+    root = tmp_path_factory.mktemp("data")
+    splits = build_splits(ENVS["maze"], n_train=6, n_eval=3, seed=0)
+    save_tasks(root, "maze", splits)
+    env = ENVS["maze"]()
+    episodes = [run_expert(env, t) for t in splits["train"]]
+    write_episodes(root / "rollouts", "maze", episodes, RunInfo("r", "trajectories", 0, "expert"))
+    return root
+
+
+def test_solve_json(data):
+    out = gymflow("solve", "maze", "--n", "5", "--split", "eval", data=data)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"error: maze has only 3 eval tasks in {data}; ask for --n 3 or fewer"
+    )
+    out = gymflow("solve", "maze", "--n", "3", "--split", "eval", "--json", data=data)
+    result = json.loads(out.stdout)
+    assert result["env"] == "maze" and result["n"] == 3 and result["success"] == 1.0
+    assert result["mean_reward"] == 1.0 and result["mean_turns"] >= 2
+
+
+def test_envs_lists_every_environment_with_split_sizes(data):
+    out = gymflow("envs", data=data)
+    assert out.returncode == 0
+    for name in ENVS:
+        assert name in out.stdout
+    maze_row = next(line for line in out.stdout.splitlines() if "│ maze" in line)
+    assert "│ 6 " in maze_row and "│ 3 " in maze_row and "15" in maze_row
+
+
+def test_sql_over_rollouts(data):
+    out = gymflow("sql", "select env, count(*) as n, avg(reward) as r from episodes group by env", data=data)
+    assert out.returncode == 0
+    row = next(line for line in out.stdout.splitlines() if "maze" in line)
+    assert row.split("│")[2].strip() == "6" and row.split("│")[3].strip() == "1"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sql", "select * from nowhere"], "error: SQL: Catalog Error"),
+        (["solve", "chess", "--n", "2"], "error: unknown environment 'chess'"),
+        (["solve", "maze", "--n", "0"], "error: --n must be at least 1"),
+        (["play", "maze", "--task-id", "nope"], "error: no task 'nope' for maze"),
+    ],
+)
+def test_user_mistakes_are_one_line_errors(data, args, message):
+    out = gymflow(*args, data=data)
+    assert out.returncode == 2
+    assert out.stderr.startswith(message) and len(out.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in out.stderr
+
+
+def test_play_an_episode_from_stdin(data):
+    task = build_splits(ENVS["maze"], n_train=6, n_eval=3, seed=0)["eval"][0]
+    moves = [f"move {d}" for d in task.hidden["path"]]
+    out = gymflow(
+        "play", "maze", "--task-id", task.task_id, data=data, stdin="\n".join(["jump", *moves]) + "\n"
+    )
+    assert out.returncode == 0, out.stderr
+    assert 'Invalid action "jump"' in out.stdout
+    assert f"reward 1 (success) in {len(moves) + 1} turns" in out.stdout

@@ -1,0 +1,94 @@
+"""Rollout tables: round trip, schema version, atomic writes, DuckDB views."""
+
+import pyarrow.parquet as pq
+import pytest
+
+from gymflow.envs.base import Task
+from gymflow.errors import UserError
+from gymflow.rollout.records import Episode, Message, RunInfo, episode_rows
+from gymflow.store.db import connect
+from gymflow.store.io import atomic_path, read_rows, table_path, write_rows
+from gymflow.store.schema import SCHEMA_VERSION, VERSION_KEY
+
+TASK = Task("maze", "m-1", "train", "5x5", 3, "Reach the goal at 1,1.", {"goal": [1, 1]})
+INFO = RunInfo(run="r", stage="test", iteration=2, policy="p", config_hash="abc")
+
+
+def make_episode(sample: int, reward: float) -> Episode:
+    msgs = [
+        Message("system", "sys"),
+        Message("user", "pos 0,0"),
+        Message(
+            "assistant",
+            "Thought: go\nAction: move down",
+            "move down",
+            token_ids=[5, 6, 7],
+            logprobs=[-0.1, -0.2, -0.3],
+        ),
+        Message("user", "pos 1,0", reward=reward),
+    ]
+    return Episode(TASK, msgs, reward, reward >= 1, 1, 15, "done", 0.5, sample=sample)
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    rows = [episode_rows(make_episode(s, float(s)), INFO) for s in range(2)]
+    write_rows(table_path(tmp_path, "maze", "episodes"), "episodes", [e for e, _ in rows])
+    write_rows(table_path(tmp_path, "maze", "turns"), "turns", [t for _, ts in rows for t in ts])
+    episodes = read_rows(table_path(tmp_path, "maze", "episodes"))
+    turns = read_rows(table_path(tmp_path, "maze", "turns"))
+    assert [e["reward"] for e in episodes] == [0.0, 1.0]
+    assert episodes[1]["episode_id"] == "r/test/2/maze/m-1/1" and episodes[1]["group"] == "m-1@2"
+    assert episodes[0]["tokens"] is None  # no tokenizer yet
+    assistant = [t for t in turns if t["role"] == "assistant"][0]
+    assert assistant["token_ids"] == [5, 6, 7]
+    assert assistant["logprobs"] == pytest.approx([-0.1, -0.2, -0.3])
+    assert [t["turn"] for t in turns[:4]] == [0, 1, 2, 3]
+    assert (
+        pq.read_schema(table_path(tmp_path, "maze", "turns")).metadata[VERSION_KEY]
+        == str(SCHEMA_VERSION).encode()
+    )
+
+
+def test_views_join_episodes_and_turns(tmp_path):
+    rows = [episode_rows(make_episode(s, float(s % 2)), INFO) for s in range(4)]
+    write_rows(table_path(tmp_path / "a", "maze", "episodes"), "episodes", [e for e, _ in rows[:2]])
+    write_rows(table_path(tmp_path / "b" / "c", "maze", "episodes"), "episodes", [e for e, _ in rows[2:]])
+    write_rows(table_path(tmp_path / "a", "maze", "turns"), "turns", [t for _, ts in rows for t in ts])
+    db = connect(tmp_path)
+    assert db.execute("select count(*), sum(reward) from episodes").fetchone() == (4, 2.0)
+    n = db.execute(
+        "select count(*) from turns join episodes using (episode_id) where role = 'assistant'"
+    ).fetchone()
+    assert n == (4,)
+    assert db.execute("select count(*) from tasks").fetchone() == (0,)  # empty view, right columns
+
+
+def test_wrong_schema_version_is_refused(tmp_path):
+    path = table_path(tmp_path, "x", "episodes")
+    write_rows(path, "episodes", [])
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({VERSION_KEY: b"0"}), path)
+    with pytest.raises(UserError, match="schema version 0.*dvc repro"):
+        read_rows(path)
+    with pytest.raises(UserError, match="schema version"):
+        connect(tmp_path)
+
+
+def test_failed_write_leaves_old_file_and_no_temp(tmp_path):
+    path = table_path(tmp_path, "maze", "episodes")
+    write_rows(path, "episodes", [episode_rows(make_episode(0, 1.0), INFO)[0]])
+    with pytest.raises(Exception):  # noqa: B017 (any error in the middle of a write)
+        write_rows(path, "episodes", [{"episode_id": "bad", "reward": "not a number"}])
+    assert [r["reward"] for r in read_rows(path)] == [1.0]
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_atomic_path_renames_only_on_success(tmp_path):
+    target = tmp_path / "out.txt"
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("crash")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    with atomic_path(target) as tmp:
+        tmp.write_text("whole")
+    assert target.read_text() == "whole"
