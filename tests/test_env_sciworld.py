@@ -14,6 +14,7 @@ from gymflow.envs.sciworld import (
     explain,
     kind_sought,
     make_task,
+    usable_variations,
 )
 
 FIND = make_task(
@@ -117,7 +118,7 @@ def test_generate_uses_official_variations(env):
     env.reset(FIND)  # starts the env's simulator, used here to ask for ScienceWorld's own split lists
     for split, official in (("train", env.sw.get_variations_train), ("eval", env.sw.get_variations_test)):
         tasks = list(itertools.islice(SciWorld.generate(split, seed=3), 2))
-        assert [t.difficulty for t in tasks] == TASK_TYPES[:2]  # one per type, in difficulties() order
+        assert [t.difficulty for t in tasks] == list(TASK_TYPES)[:2]  # one per type, in difficulties() order
         for task in tasks:
             env.sw.load(task.difficulty, 0, "")
             assert task.seed in official()
@@ -139,3 +140,10 @@ def test_thoughts_say_why():
     assert kind_sought(task.instruction) == "living thing"
     assert "outside" in explain(plan, 0, task, []) and "greenhouse" in explain(plan, 0, task, [])
     assert explain(plan, 4, task, []) == "The bee is a living thing, so I focus on it."
+
+
+@pytest.mark.parametrize("task_name", ["power-component", "identify-life-stages-2", "chemistry-mix"])
+def test_declared_capacity_is_usable(task_name):
+    # The types whose quota the capacity cuts at the default sizes: more than they have would stall the draw.
+    train, test = TASK_TYPES[task_name]
+    assert usable_variations(task_name, "train") >= train and usable_variations(task_name, "eval") >= test

@@ -117,6 +117,13 @@ class Env(ABC):
         """The difficulty levels or categories, in order; instruction sets are balanced over them."""
         return []
 
+    @classmethod
+    def capacity(cls, split: str) -> dict[str, int]:
+        """How many usable tasks each difficulty has in `split`, for sources that are finite and slow to
+        generate; the draw then moves a short level's quota to the others instead of reading the stream
+        to its end looking for more. Empty (the default) means no level runs short."""
+        return {}
+
     # ---- episode ---------------------------------------------------------------------------------
     def reset(self, task: Task) -> str:
         if task.env != self.spec.name:

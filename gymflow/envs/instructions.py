@@ -6,6 +6,7 @@ The splits share no `task_id` and are balanced over the environment's difficulti
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -14,16 +15,41 @@ from gymflow.errors import UserError
 from gymflow.store.io import read_rows, table_path, write_rows
 
 
+def quotas(n: int, levels: list[str], capacity: dict[str, int]) -> dict[str, int]:
+    """Split `n` as evenly as possible over `levels`, none above its capacity (absent = unbounded).
+
+    Earlier levels get the remainder; what a short level cannot take goes to the others.
+    """
+    quota = dict.fromkeys(levels, 0)
+    room = {d: capacity.get(d, n) for d in levels}
+    left, open_levels = n, [d for d in levels if room[d] > 0]
+    while left > 0 and open_levels:
+        share, extra = divmod(left, len(open_levels))
+        for i, d in enumerate(open_levels):
+            add = min(share + (i < extra), room[d] - quota[d])
+            quota[d] += add
+            left -= add
+        open_levels = [d for d in open_levels if quota[d] < room[d]]
+    return quota
+
+
 def draw_balanced(
-    stream: Iterable[Task], n: int, difficulties: list[str], exclude: set[str], split: str
+    stream: Iterable[Task],
+    n: int,
+    difficulties: list[str],
+    exclude: set[str],
+    split: str,
+    capacity: dict[str, int] | None = None,
 ) -> list[Task]:
     """Take `n` distinct tasks from `stream`, as evenly over `difficulties` as the stream allows.
 
+    The result takes the levels in turn (a, b, c, a, b, c, ...), so any prefix of it is balanced as well.
     Tasks whose id is in `exclude` are skipped. A difficulty the stream cannot fill is topped up
-    from the others, so the result is short of `n` only when the stream runs dry.
+    from the others, so the result is short of `n` only when the stream runs dry. `capacity` (see
+    `Env.capacity`) says up front which levels are short, so a slow finite stream is not read to its end.
     """
     levels = difficulties or ["any"]
-    quota = {d: n // len(levels) + (i < n % len(levels)) for i, d in enumerate(levels)}
+    quota = quotas(n, levels, capacity or {})
     chosen: dict[str, list[Task]] = {d: [] for d in levels}
     spare: list[Task] = []
     seen = set(exclude)
@@ -39,7 +65,8 @@ def draw_balanced(
             chosen[level].append(task)
         elif len(spare) < n:
             spare.append(task)
-    tasks = [t for d in levels for t in chosen[d]]
+    # Interleaved over levels, so that every prefix (AgentTraj takes one) is balanced too.
+    tasks = [t for row in itertools.zip_longest(*chosen.values()) for t in row if t is not None]
     tasks += spare[: n - len(tasks)]
     return [dataclasses.replace(t, split=split) for t in tasks]
 
@@ -47,9 +74,11 @@ def draw_balanced(
 def build_splits(env_cls: type[Env], n_train: int, n_eval: int, seed: int) -> dict[str, list[Task]]:
     """Draw the eval split first (so it is full and balanced), then train from the rest."""
     levels = env_cls.difficulties()
-    eval_tasks = draw_balanced(env_cls.generate("eval", seed), n_eval, levels, set(), "eval")
+    eval_stream = env_cls.generate("eval", seed)
+    eval_tasks = draw_balanced(eval_stream, n_eval, levels, set(), "eval", env_cls.capacity("eval"))
     eval_ids = {t.task_id for t in eval_tasks}
-    train_tasks = draw_balanced(env_cls.generate("train", seed + 1), n_train, levels, eval_ids, "train")
+    train_stream = env_cls.generate("train", seed + 1)
+    train_tasks = draw_balanced(train_stream, n_train, levels, eval_ids, "train", env_cls.capacity("train"))
     return {"train": train_tasks, "eval": eval_tasks}
 
 
