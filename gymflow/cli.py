@@ -45,7 +45,7 @@ def get_tasks(data: Path, env: str, split: str, n: int) -> list[Task]:
 
 
 def cmd_envs(args: argparse.Namespace) -> None:
-    table = Table("env", "train", "eval", "reward", "turns", "expert", "description")
+    table = Table("env", "train", "eval", "reward", "success", "turns", "expert")
     for name, cls in sorted(ENVS.items()):
         spec, counts = cls.spec, Counter()
         if tasks_file(args.data, name).exists():
@@ -56,9 +56,9 @@ def cmd_envs(args: argparse.Namespace) -> None:
             str(counts.get("train", "-")),
             str(counts.get("eval", "-")),
             f"[{lo:g}, {hi:g}]",
+            f">= {spec.success_threshold:g}",
             str(spec.max_turns),
             spec.expert,
-            spec.description,
         )
     console.print(table)
 
