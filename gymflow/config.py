@@ -29,10 +29,36 @@ class TrajectoriesConfig(Section):
     tasks: dict[str, int]
 
 
+class ModelConfig(Section):
+    """The initial policy. `name_or_path` names a model (local directory or Hub id) used unchanged; when it is
+    null, a byte-level BPE tokenizer and a small Qwen2-style decoder are built from the sizes below."""
+
+    name_or_path: str | None = None
+    seed: int = 0
+    vocab_size: int = Field(
+        2048, ge=300, description="BPE vocabulary, special tokens included (>= 256 bytes)"
+    )
+    hidden_size: int = Field(128, ge=8)
+    intermediate_size: int = Field(512, ge=8)
+    layers: int = Field(2, ge=1)
+    heads: int = Field(4, ge=1)
+    kv_heads: int = Field(4, ge=1)
+    max_length: int = Field(4096, ge=64, description="longest sequence (positions) the model handles")
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelConfig:
+        if self.hidden_size % self.heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not a multiple of kv_heads {self.kv_heads}")
+        return self
+
+
 class Params(Section):
     envs: list[str] = Field(min_length=1)
     instructions: InstructionsConfig
     trajectories: TrajectoriesConfig
+    model: ModelConfig = ModelConfig()
 
     @model_validator(mode="after")
     def _check_envs(self) -> Params:

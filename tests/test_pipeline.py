@@ -34,7 +34,9 @@ def repo(tmp_path_factory):
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     run(["git", "init", "-q"], repo)
     run([sys.executable, "-m", "dvc", "init", "-q"], repo)
-    run([sys.executable, "-m", "dvc", "repro", "trajectories"], repo)
+    params["model"] = {**params["model"], "vocab_size": 400, "hidden_size": 16, "intermediate_size": 32}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    run([sys.executable, "-m", "dvc", "repro", "init_model"], repo)
     return repo
 
 
@@ -53,6 +55,17 @@ def test_repro_builds_instructions_trajectories_and_metrics(repo):
         assert all(t["loss"] is True and t["value"].startswith("Thought: ") for t in turns[3::2])
         assert all("\nAction: " in t["value"] for t in turns[3::2])
     assert (repo / "dvc.lock").exists()
+
+
+def test_init_model_builds_a_loadable_model_from_the_pipeline_text(repo):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(repo / "data/models/init")
+    model = AutoModelForCausalLM.from_pretrained(repo / "data/models/init")
+    metrics = json.loads((repo / "data/metrics/init_model.json").read_text())
+    assert metrics["vocab"] == len(tok) == model.config.vocab_size <= 400
+    assert metrics["parameters"] == sum(p.numel() for p in model.parameters())
+    assert metrics["corpus_texts"] > 0 and model.config.hidden_size == 16
 
 
 def test_sql_answers_one_row_per_environment(repo):

@@ -1,0 +1,54 @@
+"""The default policy: a small Qwen2-style decoder built from `params.yaml`, or a named model used as is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
+
+from gymflow.config import ModelConfig
+from gymflow.errors import UserError
+
+SOURCE_FILE = "gymflow_source.json"  # in the init_model output when a named model is used instead
+
+
+def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen2ForCausalLM:
+    """A randomly initialised Qwen2 decoder sized by `cfg`, its vocabulary that of `tokenizer`."""
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        num_key_value_heads=cfg.kv_heads,
+        max_position_embeddings=cfg.max_length,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(cfg.seed)
+    return Qwen2ForCausalLM(config)
+
+
+def write_source(out_dir: Path, name_or_path: str) -> None:
+    """Record that the initial model is `name_or_path`, unchanged, instead of a built one."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / SOURCE_FILE).write_text(json.dumps({"name_or_path": name_or_path}) + "\n")
+
+
+def resolve(model_dir: str | Path) -> str:
+    """The path or Hub id to load for a model directory a stage wrote (follows `write_source`)."""
+    model_dir = Path(model_dir)
+    source = model_dir / SOURCE_FILE
+    if source.exists():
+        return json.loads(source.read_text())["name_or_path"]
+    if not (model_dir / "config.json").exists():
+        raise UserError(f"no model in {model_dir}: run `dvc repro init_model` first")
+    return str(model_dir)
+
+
+def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(resolve(model_dir))

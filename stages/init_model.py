@@ -1,0 +1,51 @@
+"""Stage `init_model`: the initial policy, before any training.
+
+    dvc repro init_model          # or: python -m stages.init_model
+With `model.name_or_path` null (the CPU default): trains a byte-level BPE tokenizer on the instructions and
+AgentTraj text and builds a small Qwen2-style decoder from `params.yaml`, saved as a Hugging Face model
+directory in data/models/init. With a name, data/models/init only records it; the model is used unchanged.
+"""
+
+from pathlib import Path
+
+from gymflow.config import load_params
+from gymflow.models.build import build_model, write_source
+from gymflow.models.tokenizer import train_tokenizer
+from gymflow.stage import run_stage, write_metrics
+from gymflow.store.db import connect
+from gymflow.store.io import atomic_dir
+
+OUT = Path("data/models/init")
+
+
+def corpus(data_dir: str = "data") -> list[str]:
+    """Every instruction and every trajectory message: what the policy will read and write."""
+    db = connect(data_dir)
+    rows = db.execute("select instruction from tasks union all select text from turns").fetchall()
+    return [text for (text,) in rows if text]
+
+
+def main() -> None:
+    cfg = load_params().model
+    with atomic_dir(OUT) as tmp:
+        if cfg.name_or_path:
+            write_source(tmp, cfg.name_or_path)
+            metrics = {"source": cfg.name_or_path}
+        else:
+            texts = corpus()
+            tokenizer = train_tokenizer(texts, cfg.vocab_size)
+            model = build_model(cfg, tokenizer)
+            tokenizer.save_pretrained(tmp)
+            model.save_pretrained(tmp)
+            metrics = {
+                "source": "built",
+                "vocab": len(tokenizer),
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "corpus_texts": len(texts),
+            }
+    write_metrics("init_model", metrics)
+    print(", ".join(f"{k} {v}" for k, v in metrics.items()))
+
+
+if __name__ == "__main__":
+    run_stage(main)
