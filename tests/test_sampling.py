@@ -1,0 +1,92 @@
+"""The sampler returns exactly what it sampled, with the policy's log-probabilities, batched or not."""
+
+import math
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from gymflow.models.sampling import sample, top_p_filter
+
+PAD, STOP = 0, 1
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        pad_token_id=PAD,
+        eos_token_id=STOP,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
+
+
+@torch.no_grad()
+def recomputed_logprobs(model, prompt, completion):
+    ids = torch.tensor([prompt + completion])
+    logp = model(input_ids=ids).logits[0].float().log_softmax(-1)
+    return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(completion)]
+
+
+def test_greedy_matches_hugging_face_generate(model):
+    out = sample(model, [PROMPTS[0]], 12, stop_ids=[STOP], pad_id=PAD, temperature=0)[0]
+    ref = model.generate(
+        torch.tensor([PROMPTS[0]]), max_new_tokens=12, do_sample=False, eos_token_id=STOP, pad_token_id=PAD
+    )[0, len(PROMPTS[0]) :].tolist()
+    assert out.token_ids == ref[: len(out.token_ids)] and len(out.token_ids) == len(ref)
+
+
+def test_batch_of_unequal_prompts_equals_one_at_a_time(model):
+    batched = sample(model, PROMPTS, 10, stop_ids=[STOP], pad_id=PAD, temperature=0)
+    for prompt, got in zip(PROMPTS, batched, strict=True):
+        alone = sample(model, [prompt], 10, stop_ids=[STOP], pad_id=PAD, temperature=0)[0]
+        assert got.token_ids == alone.token_ids
+        assert got.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+
+
+def test_logprobs_are_the_policy_log_probabilities_of_the_sampled_tokens(model):
+    gen = torch.Generator().manual_seed(1)
+    outs = sample(model, PROMPTS, 10, stop_ids=[STOP], pad_id=PAD, temperature=0.7, top_p=0.9, generator=gen)
+    for prompt, out in zip(PROMPTS, outs, strict=True):
+        assert len(out.token_ids) == len(out.logprobs) == 10 or out.finish_reason == "stop"
+        # what a learner recomputes from the stored ids: temperature and top-p shape the draw, not the logprob
+        assert out.logprobs == pytest.approx(recomputed_logprobs(model, prompt, out.token_ids), abs=1e-4)
+
+
+def test_stops_on_a_stop_token_and_keeps_it(model):
+    greedy = sample(model, [PROMPTS[1]], 6, stop_ids=[STOP], pad_id=PAD, temperature=0)[0].token_ids
+    stop = greedy[2]  # make the third greedy token a stop token
+    out = sample(model, PROMPTS[1:], 6, stop_ids=[stop], pad_id=PAD, temperature=0)
+    assert out[0].token_ids == greedy[:3] and out[0].finish_reason == "stop"
+    assert out[1].finish_reason == "length" or out[1].token_ids[-1] == stop
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    logits = torch.log(torch.tensor([[0.2, 0.5, 0.3]]))
+    kept = lambda p: torch.isfinite(top_p_filter(logits, p))[0].tolist()  # noqa: E731
+    assert kept(0.5) == [False, True, False]
+    assert kept(0.6) == [False, True, True]
+    assert kept(0.81) == [True, True, True]
+    assert kept(1.0) == [True, True, True]
+
+
+def test_sampled_frequencies_follow_the_policy(model):
+    n = 3000
+    gen = torch.Generator().manual_seed(0)
+    outs = sample(model, [PROMPTS[2]] * n, 1, stop_ids=[STOP], pad_id=PAD, temperature=1.0, generator=gen)
+    with torch.no_grad():
+        logp = model(input_ids=torch.tensor([PROMPTS[2]])).logits[0, -1].float().log_softmax(-1)
+    top = int(logp.argmax())
+    p = math.exp(float(logp[top]))
+    freq = sum(o.token_ids[0] == top for o in outs) / n
+    assert abs(freq - p) < 4 * math.sqrt(p * (1 - p) / n), (freq, p)
