@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from gymflow.models.sampling import sample, top_p_filter
+from gymflow.models.sampling import Decoder, sample, top_p_filter
 
 PAD, STOP = 0, 1
 
@@ -90,3 +90,18 @@ def test_sampled_frequencies_follow_the_policy(model):
     p = math.exp(float(logp[top]))
     freq = sum(o.token_ids[0] == top for o in outs) / n
     assert abs(freq - p) < 4 * math.sqrt(p * (1 - p) / n), (freq, p)
+
+
+def test_a_row_that_stops_early_continues_at_the_right_position_next_turn(model):
+    stop = sample(model, [PROMPTS[1]], 6, stop_ids=[STOP], pad_id=PAD, temperature=0)[0].token_ids[1]
+    decoder = Decoder(model, len(PROMPTS), PAD)
+    first = decoder.decode(decoder.extend(PROMPTS), [True] * 3, 6, [stop], temperature=0)
+    assert len(first[1].token_ids) == 2 and len({len(c.token_ids) for c in first}) > 1  # rows end apart
+    observation = [20, 21, 22]
+    second = decoder.decode(
+        decoder.extend([[c.token_ids[-1], *observation] for c in first]), [True] * 3, 5, [STOP], 0
+    )
+    for prompt, a, b in zip(PROMPTS, first, second, strict=True):
+        full = recomputed_logprobs(model, prompt, a.token_ids + observation + b.token_ids)
+        n = len(a.token_ids)
+        assert a.logprobs + b.logprobs == pytest.approx(full[:n] + full[n + len(observation) :], abs=1e-4)

@@ -44,7 +44,77 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tenso
     return ids, mask
 
 
-@torch.no_grad()
+class Decoder:
+    """One KV cache for a batch of sequences that grow turn by turn (a multi-turn rollout batch).
+
+    `extend` appends a chunk of context per row (left-padded; padding is masked and takes no position) and
+    returns each row's next-token logits; `decode` samples replies from them. A reply's last token is left
+    out of the cache: the caller puts it at the start of that row's next chunk. So history is read once,
+    never re-encoded, and what the model sees is exactly the ids sampled.
+    """
+
+    def __init__(self, model: PreTrainedModel, batch: int, pad_id: int) -> None:
+        self.model, self.pad_id = model, pad_id
+        self.cache = DynamicCache()
+        self.mask = torch.zeros((batch, 0), dtype=torch.long)
+        self.length = torch.zeros(batch, dtype=torch.long)  # real tokens per row so far = next position
+
+    @torch.no_grad()
+    def extend(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
+        ids, mask = left_pad(chunks, self.pad_id)
+        positions = self.length[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
+        self.mask = torch.cat([self.mask, mask], dim=-1)
+        self.length = self.length + mask.sum(-1)
+        out = self.model(
+            input_ids=ids, attention_mask=self.mask, position_ids=positions, past_key_values=self.cache
+        )
+        return out.logits[:, -1]
+
+    @torch.no_grad()
+    def decode(
+        self,
+        logits: torch.Tensor,
+        active: Sequence[bool],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> list[Completion | None]:
+        """Sample a reply for every active row until a stop token or `max_new_tokens`; temperature 0 is greedy."""
+        done = ~torch.tensor(list(active), dtype=torch.bool)
+        out: list[Completion | None] = [None if d else Completion() for d in done.tolist()]
+        stops = torch.tensor(list(stop_ids), dtype=torch.long)
+        for step in range(max_new_tokens):
+            logits = logits.float()
+            logp = logits.log_softmax(-1)
+            if temperature == 0:
+                token = logits.argmax(-1)
+            else:
+                probs = top_p_filter(logits / temperature, top_p).softmax(-1)
+                token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            chosen = logp.gather(-1, token[:, None]).squeeze(-1)
+            for row in (~done).nonzero().flatten().tolist():
+                out[row].token_ids.append(int(token[row]))
+                out[row].logprobs.append(float(chosen[row]))
+            stopped = torch.isin(token, stops) & ~done
+            for row in stopped.nonzero().flatten().tolist():
+                out[row].finish_reason = "stop"
+            done |= stopped
+            if done.all() or step == max_new_tokens - 1:
+                break  # every row's last token stays out of the cache (see the class docstring)
+            feed = (~done).long()
+            self.mask = torch.cat([self.mask, feed[:, None]], dim=-1)
+            logits = self.model(
+                input_ids=token.masked_fill(done, self.pad_id)[:, None],
+                attention_mask=self.mask,
+                position_ids=self.length[:, None],
+                past_key_values=self.cache,
+            ).logits[:, -1]
+            self.length = self.length + feed
+        return out
+
+
 def sample(
     model: PreTrainedModel,
     prompts: Sequence[Sequence[int]],
@@ -55,44 +125,10 @@ def sample(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> list[Completion]:
-    """Continue every prompt until a stop token or `max_new_tokens`; temperature 0 is greedy."""
+    """Continue every prompt until a stop token or `max_new_tokens` (one turn; see `Decoder`)."""
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
-    ids, mask = left_pad(prompts, pad_id)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache).logits[
-        :, -1
-    ]
-    stops = torch.tensor(list(stop_ids), dtype=torch.long)
-    done = torch.zeros(len(prompts), dtype=torch.bool)
-    out = [Completion() for _ in prompts]
-    next_position = positions[:, -1] + 1
-    for _ in range(max_new_tokens):
-        logits = logits.float()
-        logp = logits.log_softmax(-1)
-        if temperature == 0:
-            token = logits.argmax(-1)
-        else:
-            probs = top_p_filter(logits / temperature, top_p).softmax(-1)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        chosen = logp.gather(-1, token[:, None]).squeeze(-1)
-        for row in (~done).nonzero().flatten().tolist():
-            out[row].token_ids.append(int(token[row]))
-            out[row].logprobs.append(float(chosen[row]))
-        stopped = torch.isin(token, stops) & ~done
-        for row in stopped.nonzero().flatten().tolist():
-            out[row].finish_reason = "stop"
-        done |= stopped
-        if done.all():
-            break
-        token = token.masked_fill(done, pad_id)  # finished rows keep stepping, masked out, until all finish
-        mask = torch.cat([mask, (~done).long()[:, None]], dim=-1)
-        logits = model(
-            input_ids=token[:, None],
-            attention_mask=mask,
-            position_ids=next_position[:, None],
-            past_key_values=cache,
-        ).logits[:, -1]
-        next_position = next_position + 1
-    return out
+    decoder = Decoder(model, len(prompts), pad_id)
+    logits = decoder.extend(prompts)
+    active = [True] * len(prompts)
+    return decoder.decode(logits, active, max_new_tokens, stop_ids, temperature, top_p, generator)

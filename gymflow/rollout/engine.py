@@ -1,0 +1,153 @@
+"""The multi-turn rollout engine: many episodes at once, one batched generation per turn.
+
+Each batch of episodes shares one KV cache (`Decoder`): a turn appends, per episode, the ids since its last
+reply (its observation through the chat template) and samples the next reply for every episode still
+running, so history is never re-encoded. Every assistant message keeps the ids and log-probabilities
+exactly as sampled; `episode_tokens` rebuilds the whole sequence and its loss mask from them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedModel
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.agent.react import parse_action
+from gymflow.envs import make_env
+from gymflow.envs.base import Env, Task
+from gymflow.models.sampling import Completion, Decoder
+from gymflow.rollout.records import Episode, Message
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 96  # per reply; must exceed the longest thought (DESIGN.md)
+    max_length: int = 4096  # tokens per episode; an episode that would pass it ends ("length_limit")
+    batch_size: int = 32  # episodes sharing one cache
+
+
+class _Running:
+    """One episode in flight."""
+
+    def __init__(self, env: Env, task: Task, sample: int, horizon: int, fmt: ChatFormat) -> None:
+        self.env, self.task, self.sample, self.horizon = env, task, sample, horizon
+        self.start = time.perf_counter()
+        observation = env.reset(task)
+        self.messages = [Message("system", env.spec.system_prompt), Message("user", observation)]
+        self.pending = fmt.prompt(env.spec.system_prompt, observation)  # ids not yet in the cache
+        self.tokens = len(self.pending)
+        self.end_reason: str | None = None
+
+    def finish(self, reason: str) -> Episode:
+        self.end_reason = reason
+        reward = self.env.reward
+        return Episode(
+            task=self.task,
+            messages=self.messages,
+            reward=reward,
+            success=self.env.spec.is_success(reward),
+            turns=self.env.turns,
+            horizon=self.horizon,
+            end_reason=reason,
+            wall_time=time.perf_counter() - self.start,
+            sample=self.sample,
+            tokens=self.tokens,
+        )
+
+
+def rollout(
+    model: PreTrainedModel,
+    fmt: ChatFormat,
+    jobs: Sequence[tuple[Task, int]],
+    cfg: SamplingConfig,
+    horizon: int | None = None,
+    generator: torch.Generator | None = None,
+    make: Callable[[str], Env] = make_env,
+) -> list[Episode]:
+    """Play every (task, sample index) in `jobs`, `cfg.batch_size` at a time; turn limit `horizon` or the
+    environment's own. Returns the episodes in the order of `jobs`."""
+    episodes: list[Episode] = []
+    bar = tqdm(total=len(jobs), desc="rollout", unit="ep", dynamic_ncols=True)
+    sampled, start = 0, time.perf_counter()
+    for first in range(0, len(jobs), cfg.batch_size):
+        batch = jobs[first : first + cfg.batch_size]
+        done, n = _play_batch(model, fmt, batch, cfg, horizon, generator, make)
+        episodes += done
+        sampled += n
+        bar.update(len(batch))
+        bar.set_postfix(tok_s=f"{sampled / (time.perf_counter() - start):.0f}")
+    bar.close()
+    return episodes
+
+
+def _play_batch(model, fmt, batch, cfg, horizon, generator, make) -> tuple[list[Episode], int]:
+    running: list[_Running] = []
+    try:
+        for task, sample in batch:
+            env = make(task.env)
+            running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
+        decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
+        results: list[Episode | None] = [None] * len(running)
+        sampled = 0
+        while any(r is None for r in results):
+            chunks = [ep.pending if results[i] is None else [] for i, ep in enumerate(running)]
+            logits = decoder.extend(chunks)
+            active = [r is None for r in results]
+            replies = decoder.decode(
+                logits, active, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p, generator
+            )
+            for i, (ep, reply) in enumerate(zip(running, replies, strict=True)):
+                if reply is None:
+                    continue
+                sampled += len(reply.token_ids)
+                results[i] = _advance(ep, reply, fmt, cfg)
+        return [r for r in results if r is not None], sampled
+    finally:
+        for ep in running:
+            ep.env.close()
+
+
+def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConfig) -> Episode | None:
+    """Record the reply, step the environment, and queue the next context; the Episode if it ended."""
+    text = fmt.reply_text(reply.token_ids)
+    action = parse_action(text)
+    ep.messages.append(Message("assistant", text, action, token_ids=reply.token_ids, logprobs=reply.logprobs))
+    ep.tokens += len(reply.token_ids)
+    step = ep.env.step(action or "")  # no parsable action: the environment says what is wrong
+    ep.messages.append(Message("user", step.observation, reward=step.reward))
+    if step.done:
+        return ep.finish("done")
+    if ep.env.turns >= ep.horizon:
+        return ep.finish("turn_limit")
+    between = fmt.between(reply.token_ids, step.observation)
+    if ep.tokens + len(between) + cfg.max_new_tokens > cfg.max_length:
+        return ep.finish("length_limit")
+    ep.pending = [reply.token_ids[-1], *between]  # the reply's last id is not in the cache yet
+    ep.tokens += len(between)
+    return None
+
+
+def episode_tokens(episode: Episode, fmt: ChatFormat) -> tuple[list[int], list[int]]:
+    """The episode's full id sequence and its loss mask (1 on sampled reply ids), as the engine fed it.
+
+    The last observation, which no reply follows, is not part of it.
+    """
+    system, first, *rest = episode.messages
+    ids = fmt.prompt(system.text, first.text)
+    mask = [0] * len(ids)
+    for i in range(0, len(rest), 2):
+        reply = rest[i]
+        ids += reply.token_ids
+        mask += [1] * len(reply.token_ids)
+        if i + 2 < len(rest):  # another reply follows this turn's observation
+            between = fmt.between(reply.token_ids, rest[i + 1].text)
+            ids += between
+            mask += [0] * len(between)
+    return ids, mask
