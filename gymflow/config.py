@@ -54,11 +54,29 @@ class ModelConfig(Section):
         return self
 
 
+class SFTParams(Section):
+    """Behaviour cloning on AgentTraj (TRL's SFTTrainer, loss on assistant tokens only)."""
+
+    envs: list[str] = Field(min_length=1, description="environments whose AgentTraj episodes are trained on")
+    epochs: float = Field(3, gt=0)
+    lr: float = Field(2e-3, gt=0)
+    batch_size: int = Field(8, ge=1, description="episodes per step")
+    warmup: float = Field(0.05, ge=0, description="warm-up: a fraction of the steps (< 1) or a step count")
+    max_length: int = Field(2048, ge=64, description="longer episodes are truncated")
+    bf16: bool = True
+    lora_rank: int = Field(
+        0, ge=0, description="0: full fine-tuning (the tiny default); > 0: LoRA of that rank"
+    )
+    seed: int = 0
+    log_every: int = Field(10, ge=1)
+
+
 class Params(Section):
     envs: list[str] = Field(min_length=1)
     instructions: InstructionsConfig
     trajectories: TrajectoriesConfig
     model: ModelConfig = ModelConfig()
+    sft: SFTParams | None = None
 
     @model_validator(mode="after")
     def _check_envs(self) -> Params:
@@ -76,6 +94,8 @@ class Params(Section):
             negative = [e for e, n in sizes.items() if n < 0]
             if negative:
                 raise ValueError(f"{name} sizes must be >= 0, got {negative}")
+        if self.sft and (outside := [e for e in self.sft.envs if e not in self.envs]):
+            raise ValueError(f"sft.envs has {outside}, which are not in envs; add them to envs or drop them")
         too_many = [e for e in self.envs if self.trajectories.tasks[e] > self.instructions.train[e]]
         if too_many:
             raise ValueError(

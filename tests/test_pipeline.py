@@ -36,7 +36,9 @@ def repo(tmp_path_factory):
     run([sys.executable, "-m", "dvc", "init", "-q"], repo)
     params["model"] = {**params["model"], "vocab_size": 400, "hidden_size": 16, "intermediate_size": 32}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    run([sys.executable, "-m", "dvc", "repro", "init_model"], repo)
+    params["sft"] = {**params["sft"], "epochs": 1, "batch_size": 2, "bf16": False, "log_every": 1}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    run([sys.executable, "-m", "dvc", "repro", "sft"], repo)
     return repo
 
 
@@ -66,6 +68,18 @@ def test_init_model_builds_a_loadable_model_from_the_pipeline_text(repo):
     assert metrics["vocab"] == len(tok) == model.config.vocab_size <= 400
     assert metrics["parameters"] == sum(p.numel() for p in model.parameters())
     assert metrics["corpus_texts"] > 0 and model.config.hidden_size == 16
+
+
+def test_sft_trains_the_initial_model_and_writes_its_curve(repo):
+    from transformers import AutoModelForCausalLM
+
+    metrics = json.loads((repo / "data/metrics/sft.json").read_text())
+    sft_envs = yaml.safe_load((repo / "params.yaml").read_text())["sft"]["envs"]
+    assert metrics["episodes"] == 2 * len(sft_envs)  # trajectories.tasks is 2 per environment here
+    curve = (repo / "data/plots/sft.csv").read_text().splitlines()
+    assert curve[0] == "step,loss,lr" and len(curve) > 1
+    trained = AutoModelForCausalLM.from_pretrained(repo / "data/models/sft")
+    assert trained.config.hidden_size == 16
 
 
 def test_sql_answers_one_row_per_environment(repo):

@@ -1,0 +1,1 @@
+"""Trainers: SFT (behaviour cloning), and later AgentEvol and the policy-gradient family."""

@@ -1,0 +1,98 @@
+"""SFT: the data it reads, the tokens it trains on (assistant replies only), and that it learns."""
+
+import csv
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.config import ModelConfig, SFTParams
+from gymflow.envs import make_env
+from gymflow.envs.instructions import build_splits
+from gymflow.envs.maze import Maze
+from gymflow.models.build import build_model
+from gymflow.models.tokenizer import train_tokenizer
+from gymflow.rollout.agenttraj import write_episodes
+from gymflow.rollout.engine import episode_tokens
+from gymflow.rollout.expert import run_expert
+from gymflow.rollout.records import RunInfo
+from gymflow.train.sft import conversations, train_sft
+
+TASKS = build_splits(Maze, 24, 0, seed=0)["train"]
+INFO = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data")
+    env = make_env("maze")
+    write_episodes(path / "rollouts", "maze", [run_expert(env, t) for t in TASKS], INFO)
+    return path
+
+
+@pytest.fixture(scope="module")
+def init_dir(tmp_path_factory, data_dir):
+    path = tmp_path_factory.mktemp("init")
+    texts = [m["content"] for c in conversations(data_dir, ["maze"]) for m in c["messages"]]
+    tok = train_tokenizer(texts, 400)
+    cfg = ModelConfig(hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=1024)
+    build_model(cfg, tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_conversations_are_the_stored_episodes_without_the_last_observation(data_dir):
+    convs = conversations(data_dir, ["maze"])
+    assert len(convs) == len(TASKS)
+    first = run_expert(make_env("maze"), TASKS[0]).messages
+    by_instruction = {c["messages"][1]["content"]: c["messages"] for c in convs}
+    msgs = by_instruction[first[1].text]
+    assert [m["role"] for m in msgs] == [m.role for m in first[:-1]] and msgs[-1]["role"] == "assistant"
+    assert [m["content"] for m in msgs] == [m.text for m in first[:-1]]
+    assert conversations(data_dir, ["wordle"]) == [] and conversations(data_dir, ["maze"], "sft") == []
+
+
+def test_trained_tokens_are_the_assistant_replies_exactly(tmp_path, data_dir, init_dir):
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    tok = AutoTokenizer.from_pretrained(init_dir)
+    convs = conversations(data_dir, ["maze"])[:3]
+    args = SFTConfig(
+        output_dir=str(tmp_path), assistant_only_loss=True, max_length=1024, use_cpu=True, report_to=[]
+    )
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(init_dir),
+        args=args,
+        train_dataset=Dataset.from_list(convs),
+        processing_class=tok,
+    )
+    fmt = ChatFormat(tok)
+    env = make_env("maze")
+    for row, conv in zip(trainer.train_dataset, convs, strict=True):
+        episode = run_expert(env, next(t for t in TASKS if t.instruction in conv["messages"][1]["content"]))
+        for m in episode.messages:
+            m.token_ids = fmt.encode(m.text + tok.eos_token) if m.role == "assistant" else []
+        ids, mask = episode_tokens(episode, fmt)
+        # TRL's sequence ends with the template's text after the last reply, outside the mask
+        trained = [int(label != -100) for label in row["labels"]]
+        assert row["input_ids"][: len(ids)] == ids and trained[: len(mask)] == mask
+        assert not any(trained[len(mask) :])
+        assert [label for label in row["labels"] if label != -100] == [
+            i for i, m in zip(ids, mask, strict=True) if m
+        ]
+
+
+def test_a_short_run_learns_the_expert_replies_and_saves_a_model(tmp_path, data_dir, init_dir):
+    cfg = SFTParams(envs=["maze"], epochs=6, lr=1e-2, batch_size=4, log_every=2, bf16=False)
+    data = conversations(data_dir, ["maze"])
+    metrics = train_sft(str(init_dir), tmp_path / "sft", data, cfg, tmp_path / "sft.csv")
+    rows = list(csv.DictReader((tmp_path / "sft.csv").open()))
+    losses = [float(r["loss"]) for r in rows]
+    assert len(losses) >= 5 and losses[-1] < 0.5 * losses[0], losses
+    assert metrics["episodes"] == len(data) and metrics["tokens_per_second"] > 0
+    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
+    before = AutoModelForCausalLM.from_pretrained(init_dir)
+    assert not torch.equal(trained.model.embed_tokens.weight, before.model.embed_tokens.weight)
+    assert not (tmp_path / "sft.checkpoints").exists()  # removed once the model is saved
