@@ -71,12 +71,29 @@ class SFTParams(Section):
     log_every: int = Field(10, ge=1)
 
 
+class EvalParams(Section):
+    """AgentEval: each policy plays the eval split greedily, and k more times sampled for pass@k."""
+
+    policies: list[str] = Field(
+        ["init", "sft"], min_length=1, description="model directories under data/models"
+    )
+    envs: list[str] = Field(min_length=1)
+    k: int = Field(0, ge=0, description="sampled episodes per task for pass@k; 0: greedy only")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(96, ge=1, description="per reply; must exceed the longest thought")
+    max_length: int = Field(4096, ge=64)
+    batch_size: int = Field(32, ge=1, description="episodes sharing one generation batch")
+    seed: int = 0
+
+
 class Params(Section):
     envs: list[str] = Field(min_length=1)
     instructions: InstructionsConfig
     trajectories: TrajectoriesConfig
     model: ModelConfig = ModelConfig()
     sft: SFTParams | None = None
+    evaluate: EvalParams | None = None
 
     @model_validator(mode="after")
     def _check_envs(self) -> Params:
@@ -94,8 +111,11 @@ class Params(Section):
             negative = [e for e, n in sizes.items() if n < 0]
             if negative:
                 raise ValueError(f"{name} sizes must be >= 0, got {negative}")
-        if self.sft and (outside := [e for e in self.sft.envs if e not in self.envs]):
-            raise ValueError(f"sft.envs has {outside}, which are not in envs; add them to envs or drop them")
+        for name, section in [("sft", self.sft), ("evaluate", self.evaluate)]:
+            if section and (outside := [e for e in section.envs if e not in self.envs]):
+                raise ValueError(
+                    f"{name}.envs has {outside}, which are not in envs; add them to envs or drop them"
+                )
         too_many = [e for e in self.envs if self.trajectories.tasks[e] > self.instructions.train[e]]
         if too_many:
             raise ValueError(

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gymflow.store.db import connect
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "DVC_NO_ANALYTICS": "1"}
 
@@ -38,7 +40,9 @@ def repo(tmp_path_factory):
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     params["sft"] = {**params["sft"], "epochs": 1, "batch_size": 2, "bf16": False, "log_every": 1}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    run([sys.executable, "-m", "dvc", "repro", "sft"], repo)
+    params["evaluate"] = {**params["evaluate"], "envs": ["maze", "wordle"], "k": 1, "max_new_tokens": 8}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    run([sys.executable, "-m", "dvc", "repro", "evaluate"], repo)
     return repo
 
 
@@ -80,6 +84,34 @@ def test_sft_trains_the_initial_model_and_writes_its_curve(repo):
     assert curve[0] == "step,loss,lr" and len(curve) > 1
     trained = AutoModelForCausalLM.from_pretrained(repo / "data/models/sft")
     assert trained.config.hidden_size == 16
+
+
+def test_evaluate_stores_every_episode_and_its_metrics_agree_with_sql(repo):
+    metrics = json.loads((repo / "data/metrics/evaluate.json").read_text())
+    assert set(metrics) == {"init", "sft"} and set(metrics["sft"]) == {"maze", "wordle"}
+    for policy in ("init", "sft"):
+        for env in ("maze", "wordle"):
+            query = (
+                f"select count(*) filter (sample = 0), count(*) filter (sample = 1), "
+                f"avg(success::int) filter (sample = 0) from episodes "
+                f"where stage = 'evaluate' and policy = '{policy}' and env = '{env}'"
+            )
+            greedy, sampled, success = connect(repo / "data").execute(query).fetchone()
+            assert greedy == sampled == 2  # the eval split has 2 tasks here, k = 1
+            assert metrics[policy][env]["all"]["success"] == pytest.approx(success)
+            assert "pass@1" in metrics[policy][env]["all"]
+    empty = (
+        connect(repo / "data")
+        .execute(
+            "select count(*) from turns join episodes using (episode_id) "
+            "where stage = 'evaluate' and role = 'assistant' and len(token_ids) = 0"
+        )
+        .fetchone()
+    )
+    assert empty == (0,)  # every evaluation reply keeps its sampled ids
+    before = {p: p.stat().st_mtime_ns for p in (repo / "data/rollouts/evaluate").rglob("*.parquet")}
+    run([sys.executable, "-m", "stages.evaluate"], repo)  # same settings and weights: nothing replayed
+    assert before == {p: p.stat().st_mtime_ns for p in (repo / "data/rollouts/evaluate").rglob("*.parquet")}
 
 
 def test_sql_answers_one_row_per_environment(repo):

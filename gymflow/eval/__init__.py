@@ -1,0 +1,1 @@
+"""AgentEval: held-out evaluation of a policy, and its metrics."""

@@ -1,0 +1,66 @@
+"""AgentEval: a policy plays the held-out split of each environment, greedily and with k samples.
+
+Every episode goes to the rollout tables (stage "evaluate"; sample 0 is greedy, 1..k sampled), so results
+can be re-cut in SQL; the summary per environment and difficulty is what `dvc metrics show` reads.
+An environment whose rollouts were written with the same settings is not played again (resume).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.config import EvalParams
+from gymflow.envs.base import Task
+from gymflow.eval.metrics import summarize
+from gymflow.models.build import resolve
+from gymflow.rollout.agenttraj import is_current, write_episodes
+from gymflow.rollout.engine import SamplingConfig, rollout
+from gymflow.rollout.records import RunInfo, config_hash
+from gymflow.store.io import read_rows, table_path
+
+
+def evaluate_policy(
+    name: str, model_dir: str | Path, tasks: dict[str, list[Task]], cfg: EvalParams, rollout_dir: Path
+) -> dict[str, dict[str, Any]]:
+    """Play every task of every environment with the policy in `model_dir`; metrics per environment."""
+    source = resolve(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(source).eval()
+    fmt = ChatFormat(AutoTokenizer.from_pretrained(source))
+    info = RunInfo(run="main", stage="evaluate", iteration=0, policy=name, policy_hash=_weights_hash(model))
+    results = {}
+    for env, env_tasks in tasks.items():
+        digest = config_hash([cfg.model_dump(), info.policy_hash, [t.task_id for t in env_tasks]])
+        folder = rollout_dir / name
+        if not is_current(folder, env, digest):
+            generator = torch.Generator().manual_seed(cfg.seed)
+            sampling = SamplingConfig(0.0, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+            episodes = rollout(model, fmt, [(t, 0) for t in env_tasks], sampling, generator=generator)
+            if cfg.k:
+                sampling = SamplingConfig(
+                    cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.max_length, cfg.batch_size
+                )
+                jobs = [(t, i) for t in env_tasks for i in range(1, cfg.k + 1)]
+                episodes += rollout(model, fmt, jobs, sampling, generator=generator)
+            write_episodes(folder, env, episodes, info, {"gymflow.config_hash": digest})
+        results[env] = summarize_file(table_path(folder, env, "episodes"), cfg.k)
+    return results
+
+
+def summarize_file(path: Path, k: int) -> dict[str, Any]:
+    """The metrics of one stored evaluation, read back from its episodes table."""
+    return summarize(read_rows(path), k)
+
+
+def _weights_hash(model: torch.nn.Module) -> str:
+    """A content hash of the weights, so that rollouts name exactly the policy that made them."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        h.update(tensor.detach().to(torch.float32).numpy().tobytes())
+    return h.hexdigest()[:12]

@@ -1,0 +1,41 @@
+import pytest
+
+from gymflow.eval.metrics import pass_at_k, summarize
+
+
+def test_pass_at_k_by_hand():
+    assert pass_at_k(4, 0, 2) == 0.0
+    assert pass_at_k(4, 4, 1) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # C(3,2)/C(4,2) pairs miss the one success
+    assert pass_at_k(5, 2, 3) == pytest.approx(1 - 1 / 10)
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def row(task_id, difficulty, success, sample, turns=3):
+    return {
+        "task_id": task_id,
+        "difficulty": difficulty,
+        "success": success,
+        "reward": float(success),
+        "turns": turns,
+        "sample": sample,
+    }
+
+
+def test_summary_per_difficulty_and_pass_at_k():
+    greedy = [row("a", "5x5", True, 0, 2), row("b", "5x5", False, 0, 15), row("c", "7x7", False, 0, 15)]
+    sampled = [row("a", "5x5", s, i) for i, s in ((1, True), (2, False))]
+    sampled += [row("b", "5x5", s, i) for i, s in ((1, False), (2, True))]
+    sampled += [row("c", "7x7", False, i) for i in (1, 2)]
+    out = summarize(greedy + sampled, k=1)
+    assert out["all"] == {
+        "n": 3,
+        "success": pytest.approx(1 / 3, abs=1e-4),
+        "reward": pytest.approx(1 / 3, abs=1e-4),
+        "turns": pytest.approx(32 / 3, abs=0.01),
+        "pass@1": pytest.approx(1 / 3, abs=1e-4),
+    }
+    assert out["5x5"]["success"] == 0.5 and out["5x5"]["pass@1"] == 0.5 and out["7x7"]["pass@1"] == 0.0
+    assert "pass@1" not in summarize(greedy, k=1)["all"]  # no samples, no pass@k
