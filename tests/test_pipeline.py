@@ -131,3 +131,28 @@ def test_interrupted_run_resumes_only_missing_environments(repo):
     skipped = {line.split(":")[0] for line in out.splitlines() if "up to date, skipped" in line}
     assert skipped == set(envs[1:])
     assert (repo / f"data/rollouts/trajectories/{envs[0]}.episodes.parquet").exists()
+
+
+def test_prefect_flow_runs_the_stages_with_heavy_ones_tagged_and_posts_the_table(repo):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import TaskRunSort
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.pipeline import HEAVY, STAGES, pipeline
+
+    async def task_runs():
+        async with get_client() as client:
+            return await client.read_task_runs(limit=50, sort=TaskRunSort.EXPECTED_START_TIME_ASC)
+
+    with prefect_test_harness():
+        rows = pipeline(repo=str(repo))
+        runs = asyncio.run(task_runs())
+    metrics = json.loads((repo / "data/metrics/evaluate.json").read_text())
+    assert {(r["policy"], r["env"], r["success"]) for r in rows} == {
+        (p, e, m["all"]["success"]) for p, envs in metrics.items() for e, m in envs.items()
+    }
+    tags = {r.name.split("-", 1)[1].rsplit("-", 1)[0]: set(r.tags) for r in runs}
+    assert set(tags) == set(STAGES)
+    assert all(("gpu" in tags[s]) == (s in HEAVY) for s in STAGES)

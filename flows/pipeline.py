@@ -1,0 +1,69 @@
+"""The pipeline as a Prefect flow: the DVC stages in order, heavy ones held to one GPU slot.
+
+Each task runs one stage through `dvc repro -s STAGE`, so `dvc.lock` stays the record of what was built and a
+stage whose inputs did not change is skipped by DVC. Heavy stages carry the tag `gpu`; a tag concurrency
+limit (`prefect concurrency-limit create gpu 1`) holds them to one at a time across all runs. The evaluation
+table is posted as an artifact.
+
+    python -m flows.pipeline               # run once
+    python -m flows.pipeline --serve       # a deployment on a nightly schedule (see the README)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+
+STAGES = ["instructions", "trajectories", "init_model", "sft", "evaluate"]
+HEAVY = {"sft", "evaluate"}  # model training and generation: a GPU each, when there is one
+
+
+@task(retries=2, retry_delay_seconds=10)
+def repro(stage: str, repo: str) -> str:
+    """One DVC stage, alone (`-s`): its dependencies were run by the tasks before it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "dvc", "repro", "-s", stage], cwd=repo, capture_output=True, text=True
+    )
+    get_run_logger().info(out.stdout[-4000:])
+    if out.returncode:
+        raise RuntimeError(f"dvc repro -s {stage} failed:\n{out.stderr[-4000:]}")
+    return stage
+
+
+def evaluation_rows(repo: str) -> list[dict[str, object]]:
+    """One row per policy and environment from data/metrics/evaluate.json."""
+    metrics = json.loads((Path(repo) / "data/metrics/evaluate.json").read_text())
+    return [
+        {"policy": policy, "env": env, **per_env["all"]}
+        for policy, envs in metrics.items()
+        for env, per_env in envs.items()
+    ]
+
+
+@flow(name="gymflow-pipeline", log_prints=True)
+def pipeline(repo: str = ".", stages: list[str] = STAGES) -> list[dict[str, object]]:
+    for stage in stages:
+        tags = ["gpu"] if stage in HEAVY else []
+        repro.with_options(name=f"repro-{stage}", tags=tags)(stage, repo)
+    rows = evaluation_rows(repo) if "evaluate" in stages else []
+    if rows:
+        create_table_artifact(
+            key="agenteval", table=rows, description="AgentEval: held-out results per policy"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    if "--serve" in sys.argv:
+        pipeline.serve(name="nightly", cron="0 3 * * *", parameters={"repo": str(Path.cwd())})
+    else:
+        pipeline(repo=str(Path.cwd()))
