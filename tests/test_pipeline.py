@@ -109,6 +109,12 @@ def test_evaluate_stores_every_episode_and_its_metrics_agree_with_sql(repo):
         .fetchone()
     )
     assert empty == (0,)  # every evaluation reply keeps its sampled ids
+    unique = (
+        connect(repo / "data")
+        .execute("select count(*) = count(distinct episode_id) from episodes")
+        .fetchone()
+    )
+    assert unique == (True,)  # two policies on the same tasks: the id names the policy
     before = {p: p.stat().st_mtime_ns for p in (repo / "data/rollouts/evaluate").rglob("*.parquet")}
     run([sys.executable, "-m", "stages.evaluate"], repo)  # same settings and weights: nothing replayed
     assert before == {p: p.stat().st_mtime_ns for p in (repo / "data/rollouts/evaluate").rglob("*.parquet")}

@@ -37,7 +37,7 @@ def test_round_trip_keeps_every_field(tmp_path):
     episodes = read_rows(table_path(tmp_path, "maze", "episodes"))
     turns = read_rows(table_path(tmp_path, "maze", "turns"))
     assert [e["reward"] for e in episodes] == [0.0, 1.0]
-    assert episodes[1]["episode_id"] == "r/test/2/maze/m-1/1" and episodes[1]["group"] == "m-1@2"
+    assert episodes[1]["episode_id"] == "r/test/2/p/maze/m-1/1" and episodes[1]["group"] == "m-1@2"
     assert episodes[0]["tokens"] is None  # no tokenizer yet
     assistant = [t for t in turns if t["role"] == "assistant"][0]
     assert assistant["token_ids"] == [5, 6, 7]

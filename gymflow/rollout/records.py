@@ -53,7 +53,7 @@ def config_hash(config: Any) -> str:
 
 def episode_rows(ep: Episode, info: RunInfo) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     t = ep.task
-    episode_id = f"{info.run}/{info.stage}/{info.iteration}/{t.env}/{t.task_id}/{ep.sample}"
+    episode_id = f"{info.run}/{info.stage}/{info.iteration}/{info.policy}/{t.env}/{t.task_id}/{ep.sample}"
     episode = {
         "episode_id": episode_id,
         "run": info.run,
