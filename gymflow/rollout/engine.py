@@ -9,7 +9,7 @@ exactly as sampled; `episode_tokens` rebuilds the whole sequence and its loss ma
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -43,10 +43,8 @@ class _Running:
         self.messages = [Message("system", env.spec.system_prompt), Message("user", observation)]
         self.pending = fmt.prompt(env.spec.system_prompt, observation)  # ids not yet in the cache
         self.tokens = len(self.pending)
-        self.end_reason: str | None = None
 
     def finish(self, reason: str) -> Episode:
-        self.end_reason = reason
         reward = self.env.reward
         return Episode(
             task=self.task,
@@ -69,7 +67,6 @@ def rollout(
     cfg: SamplingConfig,
     horizon: int | None = None,
     generator: torch.Generator | None = None,
-    make: Callable[[str], Env] = make_env,
 ) -> list[Episode]:
     """Play every (task, sample index) in `jobs`, `cfg.batch_size` at a time; turn limit `horizon` or the
     environment's own. Returns the episodes in the order of `jobs`."""
@@ -78,7 +75,7 @@ def rollout(
     sampled, start = 0, time.perf_counter()
     for first in range(0, len(jobs), cfg.batch_size):
         batch = jobs[first : first + cfg.batch_size]
-        done, n = _play_batch(model, fmt, batch, cfg, horizon, generator, make)
+        done, n = _play_batch(model, fmt, batch, cfg, horizon, generator)
         episodes += done
         sampled += n
         bar.update(len(batch))
@@ -87,11 +84,11 @@ def rollout(
     return episodes
 
 
-def _play_batch(model, fmt, batch, cfg, horizon, generator, make) -> tuple[list[Episode], int]:
+def _play_batch(model, fmt, batch, cfg, horizon, generator) -> tuple[list[Episode], int]:
     running: list[_Running] = []
     try:
         for task, sample in batch:
-            env = make(task.env)
+            env = make_env(task.env)
             running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
         decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
         results: list[Episode | None] = [None] * len(running)
