@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import SFTConfig, SFTTrainer
@@ -81,7 +82,7 @@ def train_sft(
         padding_free=False,  # needs FlashAttention; on CPU, batches of similar length waste little instead
         train_sampling_strategy="group_by_length",
         bf16=cfg.bf16,
-        use_cpu=True,
+        use_cpu=not torch.cuda.is_available(),
         seed=cfg.seed,
         logging_steps=cfg.log_every,
         save_strategy="epoch",
