@@ -92,3 +92,15 @@ def test_atomic_path_renames_only_on_success(tmp_path):
     with atomic_path(target) as tmp:
         tmp.write_text("whole")
     assert target.read_text() == "whole"
+
+
+def test_resume_needs_the_same_settings_and_schema_version(tmp_path):
+    from gymflow.rollout.agenttraj import is_current, write_episodes
+
+    write_episodes(tmp_path, "maze", [make_episode(0, 1.0)], INFO, {"gymflow.config_hash": "h"})
+    assert is_current(tmp_path, "maze", "h") and not is_current(tmp_path, "maze", "other")
+    path = table_path(tmp_path, "maze", "turns")
+    table = pq.read_table(path)
+    old = table.replace_schema_metadata({**table.schema.metadata, VERSION_KEY: b"1"})
+    pq.write_table(old, path)  # a file from before the episode-id change
+    assert not is_current(tmp_path, "maze", "h")

@@ -19,6 +19,7 @@ from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import Episode, RunInfo, episode_rows
 from gymflow.store.db import connect
 from gymflow.store.io import file_metadata, table_path, write_rows, write_text
+from gymflow.store.schema import SCHEMA_VERSION, VERSION_KEY
 
 AGENTGYM_ACK = "OK. I'll follow your instructions and try my best to solve the task."
 
@@ -38,8 +39,10 @@ def to_agentgym(ep: Episode) -> dict[str, Any]:
 
 
 def is_current(folder: Path, env: str, digest: str) -> bool:
+    """Whether an environment's tables were written with these settings and this schema (resume skips it)."""
     paths = [table_path(folder, env, "episodes"), table_path(folder, env, "turns")]
-    return all(p.exists() and file_metadata(p).get("gymflow.config_hash") == digest for p in paths)
+    wanted = {"gymflow.config_hash": digest, VERSION_KEY.decode(): str(SCHEMA_VERSION)}
+    return all(p.exists() and wanted.items() <= file_metadata(p).items() for p in paths)
 
 
 def collect(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: episode ids name the policy
 VERSION_KEY = b"gymflow.schema_version"
 
 TASKS = pa.schema(
