@@ -9,8 +9,7 @@ directory in data/models/init. With a name, data/models/init only records it; th
 from pathlib import Path
 
 from gymflow.config import load_params
-from gymflow.models.build import build_model, write_source
-from gymflow.models.tokenizer import train_tokenizer
+from gymflow.models.build import build_initial, write_source
 from gymflow.stage import run_stage, write_metrics
 from gymflow.store.db import connect
 from gymflow.store.io import atomic_dir
@@ -33,13 +32,10 @@ def main() -> None:
             metrics = {"source": cfg.name_or_path}
         else:
             texts = corpus()
-            tokenizer = train_tokenizer(texts, cfg.vocab_size)
-            model = build_model(cfg, tokenizer)
-            tokenizer.save_pretrained(tmp)
-            model.save_pretrained(tmp)
+            model = build_initial(texts, cfg, tmp)
             metrics = {
                 "source": "built",
-                "vocab": len(tokenizer),
+                "vocab": model.config.vocab_size,
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "corpus_texts": len(texts),
             }

@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gymflow.config import ModelConfig
 from gymflow.errors import UserError
-from gymflow.models.build import build_model, resolve, write_source
-from gymflow.models.tokenizer import IM_END, IM_START, train_tokenizer
+from gymflow.models.build import build_initial, build_model, resolve, write_source
+from gymflow.models.tokenizer import IM_END, IM_START
 
 TEXTS = [
     "pos 2,1 goal 0,4 walls: down",
@@ -22,10 +22,10 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     path = tmp_path_factory.mktemp("init")
-    tok = train_tokenizer(TEXTS, 300)
-    cfg = ModelConfig(hidden_size=16, intermediate_size=32, layers=1, heads=2, kv_heads=1, max_length=128)
-    build_model(cfg, tok).save_pretrained(path)
-    tok.save_pretrained(path)
+    cfg = ModelConfig(
+        vocab_size=300, hidden_size=16, intermediate_size=32, layers=1, heads=2, kv_heads=1, max_length=128
+    )
+    build_initial(TEXTS, cfg, path)
     return path
 
 

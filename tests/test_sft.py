@@ -11,8 +11,7 @@ from gymflow.config import ModelConfig, SFTParams
 from gymflow.envs import make_env
 from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
-from gymflow.models.build import build_model
-from gymflow.models.tokenizer import train_tokenizer
+from gymflow.models.build import build_initial
 from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import episode_tokens
 from gymflow.rollout.expert import run_expert
@@ -35,10 +34,10 @@ def data_dir(tmp_path_factory):
 def init_dir(tmp_path_factory, data_dir):
     path = tmp_path_factory.mktemp("init")
     texts = [m["content"] for c in conversations(data_dir, ["maze"]) for m in c["messages"]]
-    tok = train_tokenizer(texts, 400)
-    cfg = ModelConfig(hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=1024)
-    build_model(cfg, tok).save_pretrained(path)
-    tok.save_pretrained(path)
+    cfg = ModelConfig(
+        vocab_size=400, hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=1024
+    )
+    build_initial(texts, cfg, path)
     return path
 
 

@@ -33,6 +33,17 @@ def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen2Fo
     return Qwen2ForCausalLM(config)
 
 
+def build_initial(texts: list[str], cfg: ModelConfig, out_dir: Path) -> Qwen2ForCausalLM:
+    """Train the tokenizer on `texts`, build the model from `cfg`, and save both to `out_dir`."""
+    from gymflow.models.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(texts, cfg.vocab_size)
+    model = build_model(cfg, tokenizer)
+    tokenizer.save_pretrained(out_dir)
+    model.save_pretrained(out_dir)
+    return model
+
+
 def write_source(out_dir: Path, name_or_path: str) -> None:
     """Record that the initial model is `name_or_path`, unchanged, instead of a built one."""
     out_dir.mkdir(parents=True, exist_ok=True)
