@@ -17,11 +17,12 @@ from gymflow.store.io import atomic_dir
 OUT = Path("data/models/init")
 
 
-def corpus(data_dir: str = "data") -> list[str]:
-    """Every instruction and every trajectory message: what the policy will read and write."""
-    db = connect(data_dir)
-    rows = db.execute("select instruction from tasks union all select text from turns").fetchall()
-    return [text for (text,) in rows if text]
+def corpus() -> list[str]:
+    """Every instruction and every AgentTraj message: what the policy will read and write. Only this stage's
+    declared inputs are read, never later stages' rollouts."""
+    tasks = connect("data/instructions").execute("select instruction from tasks").fetchall()
+    turns = connect("data/rollouts/trajectories").execute("select text from turns").fetchall()
+    return [text for (text,) in tasks + turns if text]
 
 
 def main() -> None:

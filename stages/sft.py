@@ -18,7 +18,7 @@ def main() -> None:
     params = load_params()
     if params.sft is None:
         raise UserError("params.yaml has no `sft:` section; add one (see the README) to run this stage")
-    data = conversations("data", params.sft.envs)
+    data = conversations("data/rollouts/trajectories", params.sft.envs)  # its declared input only
     if not data:
         raise UserError(f"no AgentTraj episodes for {params.sft.envs}: run `dvc repro trajectories` first")
     metrics = train_sft(
