@@ -93,7 +93,7 @@ def test_evaluate_stores_every_episode_and_its_metrics_agree_with_sql(repo):
         for env in ("maze", "wordle"):
             query = (
                 f"select count(*) filter (sample = 0), count(*) filter (sample = 1), "
-                f"avg(success::int) filter (sample = 0) from episodes "
+                f"avg(success) filter (sample = 0) from episodes "
                 f"where stage = 'evaluate' and policy = '{policy}' and env = '{env}'"
             )
             greedy, sampled, success = connect(repo / "data").execute(query).fetchone()

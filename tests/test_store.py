@@ -56,6 +56,7 @@ def test_views_join_episodes_and_turns(tmp_path):
     write_rows(table_path(tmp_path / "a", "maze", "turns"), "turns", [t for _, ts in rows for t in ts])
     db = connect(tmp_path)
     assert db.execute("select count(*), sum(reward) from episodes").fetchone() == (4, 2.0)
+    assert db.execute("select avg(success) from episodes").fetchone() == (0.5,)  # success is 0/1: a rate
     n = db.execute(
         "select count(*) from turns join episodes using (episode_id) where role = 'assistant'"
     ).fetchone()
