@@ -63,12 +63,15 @@ def test_stored_logprobs_equal_a_full_recompute_of_the_rebuilt_sequence(model, f
 def test_unparsable_replies_get_the_environments_answer_until_the_turn_limit(model, fmt):
     cfg = SamplingConfig(temperature=0, max_new_tokens=6, batch_size=8)
     episodes = rollout(model, fmt, [(t, 0) for t in TASKS[:3]], cfg, horizon=2)
+    unparsable = 0
     for ep in episodes:
         replies = [m for m in ep.messages if m.role == "assistant"]
         assert len(replies) == ep.turns == 2 and ep.end_reason == "turn_limit" and not ep.success
         for reply, answer in itertools.pairwise(ep.messages[2:]):
             if reply.role == "assistant" and reply.action is None:
-                assert answer.role == "user" and answer.text.strip()
+                unparsable += 1
+                assert answer.role == "user" and answer.text.startswith("Invalid action")  # maze's own answer
+    assert unparsable > 0  # an untrained model writes no `Action:` line in 6 tokens
 
 
 def test_batched_equals_one_at_a_time_when_greedy(model, fmt):

@@ -7,6 +7,7 @@ An environment whose rollouts were written with the same settings is not played 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,6 @@ def summarize_file(path: Path, k: int) -> dict[str, Any]:
 
 def _weights_hash(model: torch.nn.Module) -> str:
     """A content hash of the weights, so that rollouts name exactly the policy that made them."""
-    import hashlib
-
     h = hashlib.sha256()
     for tensor in model.state_dict().values():
         h.update(tensor.detach().to(torch.float32).numpy().tobytes())
