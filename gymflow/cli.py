@@ -4,6 +4,7 @@ gymflow envs                                   # environments, tasks per split, 
 gymflow play maze [--task-id ID]               # play an episode yourself
 gymflow solve maze --n 50 [--split eval] [--json]
 gymflow sql "select env, count(*) from episodes group by env"
+gymflow serve-model data/models/sft --port 8000   # an OpenAI-compatible /v1/completions server (as vLLM's)
 """
 
 from __future__ import annotations
@@ -139,6 +140,12 @@ def cmd_sql(args: argparse.Namespace) -> None:
     console.print(table)
 
 
+def cmd_serve_model(args: argparse.Namespace) -> None:
+    from gymflow.models.server import serve  # torch and the web stack load only for this command
+
+    serve(args.path, args.host, args.port)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gymflow", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -159,6 +166,13 @@ def parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", help="query the rollout tables (tasks, episodes, turns) with DuckDB SQL")
     sql.add_argument("query")
     sql.set_defaults(func=cmd_sql)
+    serve = sub.add_parser(
+        "serve-model", help="serve a saved model over an OpenAI-compatible completions API"
+    )
+    serve.add_argument("path", help="a model folder a stage wrote, e.g. data/models/sft")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
+    serve.set_defaults(func=cmd_serve_model)
     return p
 
 

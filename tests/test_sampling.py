@@ -105,3 +105,28 @@ def test_a_row_that_stops_early_continues_at_the_right_position_next_turn(model)
         full = recomputed_logprobs(model, prompt, a.token_ids + observation + b.token_ids)
         n = len(a.token_ids)
         assert a.logprobs + b.logprobs == pytest.approx(full[:n] + full[n + len(observation) :], abs=1e-4)
+
+
+class AngleTokenizer:
+    """Decodes id i as "<i>", so any run of ids is findable as text."""
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f"<{i}>" for i in ids)
+
+
+def test_a_stop_string_ends_the_row_and_keeps_the_sampled_ids(model):
+    greedy = sample(model, PROMPTS[:2], 8, stop_ids=[], pad_id=PAD, temperature=0)
+    first = greedy[0].token_ids
+    stop = AngleTokenizer().decode(first[1:3])  # ends in the third greedy token of row 0
+    out = sample(
+        model, PROMPTS[:2], 8, [], PAD, temperature=0, stop_strings=[stop], tokenizer=AngleTokenizer()
+    )
+    assert out[0].token_ids == first[:3] and out[0].finish_reason == "stop"
+    assert out[0].logprobs == pytest.approx(greedy[0].logprobs[:3], abs=1e-5)
+    if stop not in AngleTokenizer().decode(greedy[1].token_ids):
+        assert out[1].token_ids == greedy[1].token_ids and out[1].finish_reason == "length"
+
+
+def test_stop_strings_need_a_tokenizer(model):
+    with pytest.raises(ValueError, match="tokenizer"):
+        sample(model, PROMPTS[:1], 4, [], PAD, temperature=0, stop_strings=["x"])

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
 
@@ -20,7 +21,25 @@ from transformers.cache_utils import DynamicLayer
 class Completion:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    finish_reason: str = "length"  # "stop": ended with a stop token (kept, it is sampled and trained on)
+    finish_reason: str = "length"  # "stop": ended with a stop token or string (kept: sampled, trained on)
+
+
+class CompletionBackend(Protocol):
+    """Continues token-id prompts elsewhere, e.g. a vLLM server (`gymflow.models.openai_client`).
+
+    The rollout engine uses it where it has no `PreTrainedModel`: each call sends whole sequences, so no
+    cache survives between turns, but the ids and log-probabilities returned are still exactly those sampled.
+    """
+
+    def complete(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        stop_ids: Sequence[int],
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> list[Completion]: ...
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -115,8 +134,14 @@ class Decoder:
         temperature: float = 1.0,
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
+        stop_strings: Sequence[str] = (),
+        tokenizer: PreTrainedTokenizerBase | None = None,
     ) -> list[Completion | None]:
-        """Sample a reply for every active row until a stop token or `max_new_tokens`; temperature 0 is greedy."""
+        """Sample a reply for every active row until a stop token, a stop string or `max_new_tokens`;
+        temperature 0 is greedy. A stop string ends a row once its decoded reply (`tokenizer`, special
+        tokens skipped) contains it; the ids stay as sampled, even if the string ends inside a token."""
+        if stop_strings and tokenizer is None:
+            raise ValueError("stop_strings need the tokenizer that decodes the replies")
         done = ~torch.tensor(list(active), dtype=torch.bool)
         out: list[Completion | None] = [None if d else Completion() for d in done.tolist()]
         stops = torch.tensor(list(stop_ids), dtype=torch.long)
@@ -133,6 +158,10 @@ class Decoder:
                 out[row].token_ids.append(int(token[row]))
                 out[row].logprobs.append(float(chosen[row]))
             stopped = torch.isin(token, stops) & ~done
+            if stop_strings:  # decoding the whole reply each step is cheap next to a forward pass
+                for row in (~done & ~stopped).nonzero().flatten().tolist():
+                    text = tokenizer.decode(out[row].token_ids, skip_special_tokens=True)
+                    stopped[row] = any(stop in text for stop in stop_strings)
             for row in stopped.nonzero().flatten().tolist():
                 out[row].finish_reason = "stop"
             done |= stopped
@@ -159,11 +188,16 @@ def sample(
     temperature: float = 1.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    stop_strings: Sequence[str] = (),
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> list[Completion]:
-    """Continue every prompt until a stop token or `max_new_tokens` (one turn; see `Decoder`)."""
+    """Continue every prompt until a stop token, a stop string or `max_new_tokens` (one turn; see
+    `Decoder.decode`)."""
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     decoder = Decoder(model, len(prompts), pad_id)
     logits = decoder.extend(prompts)
     active = [True] * len(prompts)
-    return decoder.decode(logits, active, max_new_tokens, stop_ids, temperature, top_p, generator)
+    return decoder.decode(
+        logits, active, max_new_tokens, stop_ids, temperature, top_p, generator, stop_strings, tokenizer
+    )

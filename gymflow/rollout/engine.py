@@ -1,9 +1,12 @@
 """The multi-turn rollout engine: many episodes at once, one batched generation per turn.
 
-Each batch of episodes shares one KV cache (`Decoder`): a turn appends, per episode, the ids since its last
-reply (its observation through the chat template) and samples the next reply for every episode still
-running, so history is never re-encoded. Every assistant message keeps the ids and log-probabilities
-exactly as sampled; `episode_tokens` rebuilds the whole sequence and its loss mask from them.
+In process, each batch of episodes shares one KV cache (`Decoder`): a turn appends, per episode, the ids
+since its last reply (its observation through the chat template) and samples the next reply for every
+episode still running, so history is never re-encoded. Through a server (`CompletionBackend`, e.g. vLLM
+behind `gymflow.models.openai_client`), a turn sends every running episode's whole id sequence in one
+batched request; the server's own prefix cache is what saves re-encoding there. Either way every assistant
+message keeps the ids and log-probabilities exactly as sampled; `episode_tokens` rebuilds the whole
+sequence and its loss mask from them.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from tqdm import tqdm
@@ -20,7 +24,7 @@ from gymflow.agent.chat import ChatFormat
 from gymflow.agent.react import parse_action
 from gymflow.envs import make_env
 from gymflow.envs.base import Env, Task
-from gymflow.models.sampling import Completion, Decoder
+from gymflow.models.sampling import Completion, CompletionBackend, Decoder
 from gymflow.rollout.records import Episode, Message
 
 
@@ -41,8 +45,8 @@ class _Running:
         self.start = time.perf_counter()
         observation = env.reset(task)
         self.messages = [Message("system", env.spec.system_prompt), Message("user", observation)]
-        self.pending = fmt.prompt(env.spec.system_prompt, observation)  # ids not yet in the cache
-        self.tokens = len(self.pending)
+        self.ids = fmt.prompt(env.spec.system_prompt, observation)  # the sequence the next reply continues
+        self.cached = 0  # how many of `ids` the shared KV cache holds (in-process path)
 
     def finish(self, reason: str) -> Episode:
         reward = self.env.reward
@@ -56,12 +60,12 @@ class _Running:
             end_reason=reason,
             wall_time=time.perf_counter() - self.start,
             sample=self.sample,
-            tokens=self.tokens,
+            tokens=len(self.ids),
         )
 
 
 def rollout(
-    model: PreTrainedModel,
+    model: PreTrainedModel | CompletionBackend,
     fmt: ChatFormat,
     jobs: Sequence[tuple[Task, int]],
     cfg: SamplingConfig,
@@ -69,7 +73,8 @@ def rollout(
     generator: torch.Generator | None = None,
 ) -> list[Episode]:
     """Play every (task, sample index) in `jobs`, `cfg.batch_size` at a time; turn limit `horizon` or the
-    environment's own. Returns the episodes in the order of `jobs`."""
+    environment's own. `model` samples in process, or is a client of a completion server (`generator` then
+    plays no part: the server draws). Returns the episodes in the order of `jobs`."""
     episodes: list[Episode] = []
     bar = tqdm(total=len(jobs), desc="rollout", unit="ep", dynamic_ncols=True)
     sampled, start = 0, time.perf_counter()
@@ -90,16 +95,15 @@ def _play_batch(model, fmt, batch, cfg, horizon, generator) -> tuple[list[Episod
         for task, sample in batch:
             env = make_env(task.env)
             running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
-        decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
+        if isinstance(model, PreTrainedModel):
+            decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
+            sample_turn = partial(_decode_turn, decoder, running, fmt=fmt, cfg=cfg, generator=generator)
+        else:
+            sample_turn = partial(_request_turn, model, running, fmt=fmt, cfg=cfg)
         results: list[Episode | None] = [None] * len(running)
         sampled = 0
         while any(r is None for r in results):
-            chunks = [ep.pending if results[i] is None else [] for i, ep in enumerate(running)]
-            logits = decoder.extend(chunks)
-            active = [r is None for r in results]
-            replies = decoder.decode(
-                logits, active, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p, generator
-            )
+            replies = sample_turn([r is None for r in results])
             for i, (ep, reply) in enumerate(zip(running, replies, strict=True)):
                 if reply is None:
                     continue
@@ -111,12 +115,51 @@ def _play_batch(model, fmt, batch, cfg, horizon, generator) -> tuple[list[Episod
             ep.env.close()
 
 
+def _decode_turn(
+    decoder: Decoder,
+    running: list[_Running],
+    active: list[bool],
+    fmt: ChatFormat,
+    cfg: SamplingConfig,
+    generator: torch.Generator | None,
+) -> list[Completion | None]:
+    """One reply per active episode from the shared cache, fed only the ids it does not hold yet."""
+    chunks = [ep.ids[ep.cached :] if on else [] for ep, on in zip(running, active, strict=True)]
+    logits = decoder.extend(chunks)
+    replies = decoder.decode(
+        logits, active, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p, generator
+    )
+    for ep, reply in zip(running, replies, strict=True):
+        if reply is not None:  # the reply's last id stays out of the cache (see `Decoder`)
+            ep.cached = len(ep.ids) + len(reply.token_ids) - 1
+    return replies
+
+
+def _request_turn(
+    backend: CompletionBackend,
+    running: list[_Running],
+    active: list[bool],
+    fmt: ChatFormat,
+    cfg: SamplingConfig,
+) -> list[Completion | None]:
+    """One reply per active episode in one batched request that carries each episode's whole sequence.
+
+    No seed is sent: vLLM applies a request's seed to each of its prompts, so the samples of one task
+    (identical prompts) would all get the same reply.
+    """
+    prompts = [ep.ids for ep, on in zip(running, active, strict=True) if on]
+    completions = iter(
+        backend.complete(prompts, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p)
+    )
+    return [next(completions) if on else None for on in active]
+
+
 def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConfig) -> Episode | None:
-    """Record the reply, step the environment, and queue the next context; the Episode if it ended."""
+    """Record the reply, step the environment, and extend the sequence; the Episode if it ended."""
     text = fmt.reply_text(reply.token_ids)
     action = parse_action(text)
     ep.messages.append(Message("assistant", text, action, token_ids=reply.token_ids, logprobs=reply.logprobs))
-    ep.tokens += len(reply.token_ids)
+    ep.ids += reply.token_ids
     step = ep.env.step(action or "")  # no parsable action: the environment says what is wrong
     ep.messages.append(Message("user", step.observation, reward=step.reward))
     if step.done:
@@ -124,10 +167,9 @@ def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConf
     if ep.env.turns >= ep.horizon:
         return ep.finish("turn_limit")
     between = fmt.between(reply.token_ids, step.observation)
-    if ep.tokens + len(between) + cfg.max_new_tokens > cfg.max_length:
+    if len(ep.ids) + len(between) + cfg.max_new_tokens > cfg.max_length:
         return ep.finish("length_limit")
-    ep.pending = [reply.token_ids[-1], *between]  # the reply's last id is not in the cache yet
-    ep.tokens += len(between)
+    ep.ids += between
     return None
 
 
