@@ -95,3 +95,25 @@ def test_a_short_run_learns_the_expert_replies_and_saves_a_model(tmp_path, data_
     before = AutoModelForCausalLM.from_pretrained(init_dir)
     assert not torch.equal(trained.model.embed_tokens.weight, before.model.embed_tokens.weight)
     assert not (tmp_path / "sft.checkpoints").exists()  # removed once the model is saved
+
+
+def test_our_loss_is_trls_loss_on_the_same_batch(tmp_path, data_dir, init_dir):
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from gymflow.train.sft import AssistantLossTrainer
+
+    tok = AutoTokenizer.from_pretrained(init_dir)
+    model = AutoModelForCausalLM.from_pretrained(init_dir)
+    args = SFTConfig(
+        output_dir=str(tmp_path), assistant_only_loss=True, max_length=1024, use_cpu=True, report_to=[]
+    )
+    data = Dataset.from_list(conversations(data_dir, ["maze"])[:4])
+    losses = []
+    for cls in (SFTTrainer, AssistantLossTrainer):
+        trainer = cls(model=model, args=args, train_dataset=data, processing_class=tok)
+        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+        assert (batch["labels"] != -100).sum() < batch["attention_mask"].sum()  # some context is not trained
+        with torch.no_grad():
+            losses.append(float(trainer.compute_loss(trainer.model, batch)))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5) and losses[0] > 1.0
