@@ -39,3 +39,20 @@ def test_summary_per_difficulty_and_pass_at_k():
     }
     assert out["5x5"]["success"] == 0.5 and out["5x5"]["pass@1"] == 0.5 and out["7x7"]["pass@1"] == 0.0
     assert "pass@1" not in summarize(greedy, k=1)["all"]  # no samples, no pass@k
+
+
+def test_rollout_speed_counts_episodes_steps_and_generated_tokens():
+    from gymflow.envs.base import Task
+    from gymflow.eval.agenteval import rollout_speed
+    from gymflow.rollout.records import Episode, Message
+
+    task = Task(env="maze", task_id="t", split="eval", difficulty="5x5", seed=0, instruction="", hidden={})
+
+    def episode(replies):
+        messages = [Message("system", "s"), Message("user", "o")]
+        for ids in replies:  # observations carry no sampled ids and must not count
+            messages += [Message("assistant", "a", token_ids=ids), Message("user", "o")]
+        return Episode(task, messages, 0.0, False, len(replies), 15, "done", 0.0)
+
+    speed = rollout_speed([episode([[1, 2, 3], [4]]), episode([[5, 6]])], seconds=2.0)
+    assert speed == {"episodes_per_s": 1.0, "steps_per_s": 1.5, "tokens_per_s": 3}

@@ -100,6 +100,8 @@ def test_evaluate_stores_every_episode_and_its_metrics_agree_with_sql(repo):
             assert greedy == sampled == 2  # the eval split has 2 tasks here, k = 1
             assert metrics[policy][env]["all"]["success"] == pytest.approx(success)
             assert "pass@1" in metrics[policy][env]["all"]
+            speed = metrics[policy][env]["all"]
+            assert speed["episodes_per_s"] > 0 and speed["steps_per_s"] >= speed["episodes_per_s"]
     empty = (
         connect(repo / "data")
         .execute(

@@ -151,10 +151,12 @@ class Maze(Env):
         return [f"move {d}" for d in MOVES]
 
     def expert_step(self) -> tuple[str, str]:
-        path = shortest_path(self.open, self.pos, self.goal)
-        d = path[0]
-        thought = (
-            f"I am at {self.pos[0]},{self.pos[1]} and the goal is at {self.goal[0]},{self.goal[1]}. "
-            f"The shortest open route takes {len(path)} more moves and starts {d}."
-        )
+        """The first move of a shortest path, with a thought built only from what the agent sees (where
+        the goal lies, which ways open). The tiny default, 3 epochs of maze SFT: 36% held-out success with
+        these thoughts, 4% with thoughts that stated the hidden path length (notes of issue 3)."""
+        d = shortest_path(self.open, self.pos, self.goal)[0]
+        dr, dc = self.goal[0] - self.pos[0], self.goal[1] - self.pos[1]
+        toward = [w for w, n in (("down", dr), ("up", -dr), ("right", dc), ("left", -dc)) if n > 0]
+        open_ways = [m for m in MOVES if m in self.open[self.pos[0]][self.pos[1]]]
+        thought = f"The goal is {' and '.join(toward)}. Open: {', '.join(open_ways)}. I move {d}."
         return thought, f"move {d}"

@@ -8,6 +8,8 @@ An environment whose rollouts were written with the same settings is not played 
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,10 @@ from gymflow.eval.metrics import summarize
 from gymflow.models.build import resolve
 from gymflow.rollout.agenttraj import is_current, write_episodes
 from gymflow.rollout.engine import SamplingConfig, rollout
-from gymflow.rollout.records import RunInfo, config_hash
-from gymflow.store.io import read_rows, table_path
+from gymflow.rollout.records import Episode, RunInfo, config_hash
+from gymflow.store.io import file_metadata, read_rows, table_path
+
+SPEED_KEY = "gymflow.rollout_speed"
 
 
 def evaluate_policy(
@@ -30,7 +34,8 @@ def evaluate_policy(
 ) -> dict[str, dict[str, Any]]:
     """Play every task of every environment with the policy in `model_dir`; metrics per environment."""
     source = resolve(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(source).eval()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(source).to(device).eval()
     fmt = ChatFormat(AutoTokenizer.from_pretrained(source))
     info = RunInfo(run="main", stage="evaluate", iteration=0, policy=name, policy_hash=_weights_hash(model))
     results = {}
@@ -39,6 +44,7 @@ def evaluate_policy(
         folder = rollout_dir / name
         if not is_current(folder, env, digest):
             generator = torch.Generator().manual_seed(cfg.seed)
+            start = time.perf_counter()
             sampling = SamplingConfig(0.0, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
             episodes = rollout(model, fmt, [(t, 0) for t in env_tasks], sampling, generator=generator)
             if cfg.k:
@@ -47,19 +53,34 @@ def evaluate_policy(
                 )
                 jobs = [(t, i) for t in env_tasks for i in range(1, cfg.k + 1)]
                 episodes += rollout(model, fmt, jobs, sampling, generator=generator)
-            write_episodes(folder, env, episodes, info, {"gymflow.config_hash": digest})
+            speed = rollout_speed(episodes, time.perf_counter() - start)
+            metadata = {"gymflow.config_hash": digest, SPEED_KEY: json.dumps(speed)}
+            write_episodes(folder, env, episodes, info, metadata)
         results[env] = summarize_file(table_path(folder, env, "episodes"), cfg.k)
     return results
 
 
+def rollout_speed(episodes: list[Episode], seconds: float) -> dict[str, float]:
+    """Episodes, environment steps and generated tokens per second of wall time."""
+    generated = sum(len(m.token_ids or []) for ep in episodes for m in ep.messages if m.role == "assistant")
+    return {
+        "episodes_per_s": round(len(episodes) / seconds, 2),
+        "steps_per_s": round(sum(ep.turns for ep in episodes) / seconds, 1),
+        "tokens_per_s": round(generated / seconds),
+    }
+
+
 def summarize_file(path: Path, k: int) -> dict[str, Any]:
-    """The metrics of one stored evaluation, read back from its episodes table."""
-    return summarize(read_rows(path), k)
+    """The metrics of one stored evaluation, read back from its episodes table; "all" carries the speed of
+    the rollouts that wrote it."""
+    summary = summarize(read_rows(path), k)
+    summary["all"].update(json.loads(file_metadata(path).get(SPEED_KEY, "{}")))
+    return summary
 
 
 def _weights_hash(model: torch.nn.Module) -> str:
     """A content hash of the weights, so that rollouts name exactly the policy that made them."""
     h = hashlib.sha256()
     for tensor in model.state_dict().values():
-        h.update(tensor.detach().to(torch.float32).numpy().tobytes())
+        h.update(tensor.detach().to("cpu", torch.float32).numpy().tobytes())
     return h.hexdigest()[:12]

@@ -108,14 +108,14 @@ class Decoder:
     """
 
     def __init__(self, model: PreTrainedModel, batch: int, pad_id: int) -> None:
-        self.model, self.pad_id = model, pad_id
+        self.model, self.pad_id, self.device = model, pad_id, model.device
         self.cache = growing_cache()
-        self.mask = torch.zeros((batch, 0), dtype=torch.long)
-        self.length = torch.zeros(batch, dtype=torch.long)  # real tokens per row so far = next position
+        self.mask = torch.zeros((batch, 0), dtype=torch.long, device=self.device)
+        self.length = torch.zeros(batch, dtype=torch.long, device=self.device)  # real tokens so far per row
 
     @torch.no_grad()
     def extend(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
-        ids, mask = left_pad(chunks, self.pad_id)
+        ids, mask = (t.to(self.device) for t in left_pad(chunks, self.pad_id))
         positions = self.length[:, None] + (mask.cumsum(-1) - 1).clamp(min=0)
         self.mask = torch.cat([self.mask, mask], dim=-1)
         self.length = self.length + mask.sum(-1)
@@ -142,9 +142,9 @@ class Decoder:
         tokens skipped) contains it; the ids stay as sampled, even if the string ends inside a token."""
         if stop_strings and tokenizer is None:
             raise ValueError("stop_strings need the tokenizer that decodes the replies")
-        done = ~torch.tensor(list(active), dtype=torch.bool)
+        done = ~torch.tensor(list(active), dtype=torch.bool, device=self.device)
         out: list[Completion | None] = [None if d else Completion() for d in done.tolist()]
-        stops = torch.tensor(list(stop_ids), dtype=torch.long)
+        stops = torch.tensor(list(stop_ids), dtype=torch.long, device=self.device)
         for step in range(max_new_tokens):
             logits = logits.float()
             logp = logits.log_softmax(-1)
@@ -152,11 +152,14 @@ class Decoder:
                 token = logits.argmax(-1)
             else:
                 probs = top_p_filter(logits / temperature, top_p).softmax(-1)
-                token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                if generator is not None:  # draws follow the generator's device (a CPU seed on a GPU model)
+                    probs = probs.to(generator.device)
+                token = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(self.device)
             chosen = logp.gather(-1, token[:, None]).squeeze(-1)
+            tokens, chosen_list = token.tolist(), chosen.tolist()
             for row in (~done).nonzero().flatten().tolist():
-                out[row].token_ids.append(int(token[row]))
-                out[row].logprobs.append(float(chosen[row]))
+                out[row].token_ids.append(tokens[row])
+                out[row].logprobs.append(chosen_list[row])
             stopped = torch.isin(token, stops) & ~done
             if stop_strings:  # decoding the whole reply each step is cheap next to a forward pass
                 for row in (~done & ~stopped).nonzero().flatten().tolist():
