@@ -85,6 +85,18 @@ class EvalParams(Section):
     max_length: int = Field(4096, ge=64)
     batch_size: int = Field(32, ge=1, description="episodes sharing one generation batch")
     seed: int = 0
+    servers: dict[str, str] = Field(
+        {},
+        description="policy -> base URL of an OpenAI-compatible server (vLLM, `gymflow serve-model`) that "
+        "samples for it; other policies sample in process",
+    )
+
+    @model_validator(mode="after")
+    def _check_servers(self) -> EvalParams:
+        unknown = sorted(set(self.servers) - set(self.policies))
+        if unknown:
+            raise ValueError(f"evaluate.servers names {unknown}, which are not in evaluate.policies")
+        return self
 
 
 class Params(Section):

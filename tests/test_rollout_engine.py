@@ -91,3 +91,21 @@ def test_an_episode_that_would_outgrow_the_context_ends_with_length_limit(model,
     cfg = SamplingConfig(temperature=0, max_new_tokens=8, max_length=prompt + 20, batch_size=2)
     (ep,) = rollout(model, fmt, [(TASKS[0], 0)], cfg, horizon=10)
     assert ep.end_reason == "length_limit" and ep.turns == 1
+
+
+def test_environments_are_reused_across_batches_and_closed_at_the_end(model, fmt, monkeypatch):
+    import gymflow.rollout.engine as engine
+
+    made = []
+
+    def counting_make_env(name):
+        env = make_env(name)
+        made.append(env)
+        closed = env.close
+        env.close = lambda: (setattr(env, "was_closed", True), closed())
+        return env
+
+    monkeypatch.setattr(engine, "make_env", counting_make_env)
+    episodes = rollout(model, fmt, [(t, 0) for t in TASKS], SamplingConfig(max_new_tokens=4, batch_size=2), 2)
+    assert len(episodes) == len(TASKS) and len(made) == 2  # a batch's worth, not one per episode
+    assert all(getattr(env, "was_closed", False) for env in made)

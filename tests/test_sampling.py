@@ -130,3 +130,13 @@ def test_a_stop_string_ends_the_row_and_keeps_the_sampled_ids(model):
 def test_stop_strings_need_a_tokenizer(model):
     with pytest.raises(ValueError, match="tokenizer"):
         sample(model, PROMPTS[:1], 4, [], PAD, temperature=0, stop_strings=["x"])
+
+
+def test_draw_follows_the_probabilities_and_never_picks_a_zero():
+    from gymflow.models.sampling import draw
+
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]]).repeat(10000, 1)
+    tokens = draw(probs, torch.Generator().manual_seed(0))
+    first = torch.bincount(tokens[0::2], minlength=4) / 10000
+    assert first[1] == 0 and torch.allclose(first, torch.tensor([0.1, 0.0, 0.6, 0.3]), atol=0.015)
+    assert (tokens[1::2] == 3).all()

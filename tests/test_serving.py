@@ -178,3 +178,19 @@ def test_sampling_params_reach_the_server(client, fmt):
     b = client.complete(prompt, 6, [fmt.eos_id], temperature=1.0, top_p=0.9, seed=3)
     assert a[0].token_ids == b[0].token_ids and len(a[0].logprobs) == len(a[0].token_ids)
     assert all(x <= 0 for x in a[0].logprobs) and torch.isfinite(torch.tensor(a[0].logprobs)).all()
+
+
+def test_evaluate_through_a_server_stores_what_the_in_process_policy_plays(saved, url, tmp_path):
+    from gymflow.config import EvalParams
+    from gymflow.eval.agenteval import evaluate_policy
+    from gymflow.store.db import connect
+
+    cfg = EvalParams(envs=["maze"], policies=["p"], k=0, max_new_tokens=12, temperature=1.0)
+    tasks = {"maze": TASKS[:3]}
+    local = evaluate_policy("p", saved, tasks, cfg, tmp_path / "local")
+    served_cfg = cfg.model_copy(update={"servers": {"p": url}})
+    served = evaluate_policy("p", saved, tasks, served_cfg, tmp_path / "served")
+    assert local["maze"]["all"]["turns"] == served["maze"]["all"]["turns"] > 0
+    query = "select t.token_ids from turns t join episodes e using (episode_id) order by e.task_id, t.turn"
+    ids = [connect(tmp_path / d).execute(query).fetchall() for d in ("local", "served")]
+    assert ids[0] == ids[1] and any(row[0] for row in ids[0])  # greedy: the same sampled ids, stored

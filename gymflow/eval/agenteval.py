@@ -21,6 +21,7 @@ from gymflow.config import EvalParams
 from gymflow.envs.base import Task
 from gymflow.eval.metrics import summarize
 from gymflow.models.build import resolve
+from gymflow.models.openai_client import CompletionClient
 from gymflow.rollout.agenttraj import is_current, write_episodes
 from gymflow.rollout.engine import SamplingConfig, rollout
 from gymflow.rollout.records import Episode, RunInfo, config_hash
@@ -33,26 +34,29 @@ def evaluate_policy(
     name: str, model_dir: str | Path, tasks: dict[str, list[Task]], cfg: EvalParams, rollout_dir: Path
 ) -> dict[str, dict[str, Any]]:
     """Play every task of every environment with the policy in `model_dir`; metrics per environment."""
-    source = resolve(model_dir)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    source, server = resolve(model_dir), cfg.servers.get(name)
+    device = "cuda" if torch.cuda.is_available() and not server else "cpu"
     model = AutoModelForCausalLM.from_pretrained(source).to(device).eval()
     fmt = ChatFormat(AutoTokenizer.from_pretrained(source))
     info = RunInfo(run="main", stage="evaluate", iteration=0, policy=name, policy_hash=_weights_hash(model))
+    # With a server, it samples; the local copy only names the weights and gives the chat format.
+    policy = CompletionClient(server) if server else model
     results = {}
     for env, env_tasks in tasks.items():
-        digest = config_hash([cfg.model_dump(), info.policy_hash, [t.task_id for t in env_tasks]])
+        how = cfg.model_dump(exclude={"envs", "policies"})  # which ones run does not change how one is played
+        digest = config_hash([how, info.policy_hash, [t.task_id for t in env_tasks]])
         folder = rollout_dir / name
         if not is_current(folder, env, digest):
             generator = torch.Generator().manual_seed(cfg.seed)
             start = time.perf_counter()
             sampling = SamplingConfig(0.0, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
-            episodes = rollout(model, fmt, [(t, 0) for t in env_tasks], sampling, generator=generator)
+            episodes = rollout(policy, fmt, [(t, 0) for t in env_tasks], sampling, generator=generator)
             if cfg.k:
                 sampling = SamplingConfig(
                     cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.max_length, cfg.batch_size
                 )
                 jobs = [(t, i) for t in env_tasks for i in range(1, cfg.k + 1)]
-                episodes += rollout(model, fmt, jobs, sampling, generator=generator)
+                episodes += rollout(policy, fmt, jobs, sampling, generator=generator)
             speed = rollout_speed(episodes, time.perf_counter() - start)
             metadata = {"gymflow.config_hash": digest, SPEED_KEY: json.dumps(speed)}
             write_episodes(folder, env, episodes, info, metadata)

@@ -12,6 +12,7 @@ sequence and its loss mask from them.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -78,41 +79,49 @@ def rollout(
     episodes: list[Episode] = []
     bar = tqdm(total=len(jobs), desc="rollout", unit="ep", dynamic_ncols=True)
     sampled, start = 0, time.perf_counter()
-    for first in range(0, len(jobs), cfg.batch_size):
-        batch = jobs[first : first + cfg.batch_size]
-        done, n = _play_batch(model, fmt, batch, cfg, horizon, generator)
-        episodes += done
-        sampled += n
-        bar.update(len(batch))
-        bar.set_postfix(tok_s=f"{sampled / (time.perf_counter() - start):.0f}")
-    bar.close()
+    pool: dict[
+        str, list[Env]
+    ] = {}  # environments reused batch after batch (a ScienceWorld JVM starts in ~1 s)
+    try:
+        for first in range(0, len(jobs), cfg.batch_size):
+            batch = jobs[first : first + cfg.batch_size]
+            done, n = _play_batch(model, fmt, batch, cfg, horizon, generator, pool)
+            episodes += done
+            sampled += n
+            bar.update(len(batch))
+            bar.set_postfix(tok_s=f"{sampled / (time.perf_counter() - start):.0f}")
+    finally:
+        bar.close()
+        for env in (e for envs in pool.values() for e in envs):
+            env.close()
     return episodes
 
 
-def _play_batch(model, fmt, batch, cfg, horizon, generator) -> tuple[list[Episode], int]:
+def _play_batch(model, fmt, batch, cfg, horizon, generator, pool) -> tuple[list[Episode], int]:
     running: list[_Running] = []
-    try:
-        for task, sample in batch:
-            env = make_env(task.env)
-            running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
-        if isinstance(model, PreTrainedModel):
-            decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
-            sample_turn = partial(_decode_turn, decoder, running, fmt=fmt, cfg=cfg, generator=generator)
-        else:
-            sample_turn = partial(_request_turn, model, running, fmt=fmt, cfg=cfg)
-        results: list[Episode | None] = [None] * len(running)
-        sampled = 0
-        while any(r is None for r in results):
-            replies = sample_turn([r is None for r in results])
-            for i, (ep, reply) in enumerate(zip(running, replies, strict=True)):
-                if reply is None:
-                    continue
-                sampled += len(reply.token_ids)
-                results[i] = _advance(ep, reply, fmt, cfg)
-        return [r for r in results if r is not None], sampled
-    finally:
-        for ep in running:
-            ep.env.close()
+    taken: Counter[str] = Counter()
+    for task, sample in batch:
+        envs = pool.setdefault(task.env, [])
+        if taken[task.env] == len(envs):
+            envs.append(make_env(task.env))
+        env = envs[taken[task.env]]
+        taken[task.env] += 1
+        running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
+    if isinstance(model, PreTrainedModel):
+        decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
+        sample_turn = partial(_decode_turn, decoder, running, fmt=fmt, cfg=cfg, generator=generator)
+    else:
+        sample_turn = partial(_request_turn, model, running, fmt=fmt, cfg=cfg)
+    results: list[Episode | None] = [None] * len(running)
+    sampled = 0
+    while any(r is None for r in results):
+        replies = sample_turn([r is None for r in results])
+        for i, (ep, reply) in enumerate(zip(running, replies, strict=True)):
+            if reply is None:
+                continue
+            sampled += len(reply.token_ids)
+            results[i] = _advance(ep, reply, fmt, cfg)
+    return [r for r in results if r is not None], sampled
 
 
 def _decode_turn(
