@@ -47,7 +47,7 @@ class AssistantLossTrainer(SFTTrainer):
 
     TRL computes the loss through a chunked LM-head kernel that never materializes the logits (a GPU memory
     saving) and also returns entropy and token accuracy. On CPU with a small vocabulary that kernel is most of
-    the step: this loss is the same number (tests/test_sft.py) and trains 1.6x faster here
+    the step: this loss is the same number (tests/test_sft.py) and trains 1.9x faster here
     (`benchmarks/sft_throughput.py`). Data, masks, batching, checkpoints and LoRA stay TRL's.
     """
 
