@@ -194,3 +194,13 @@ def test_evaluate_through_a_server_stores_what_the_in_process_policy_plays(saved
     query = "select t.token_ids from turns t join episodes e using (episode_id) order by e.task_id, t.turn"
     ids = [connect(tmp_path / d).execute(query).fetchall() for d in ("local", "served")]
     assert ids[0] == ids[1] and any(row[0] for row in ids[0])  # greedy: the same sampled ids, stored
+
+
+def test_a_client_with_no_server_behind_its_url_is_a_one_line_user_error():
+    from gymflow.errors import UserError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free, and nothing listens once the socket closes
+    with pytest.raises(UserError, match=f"no completion server answers at http://127.0.0.1:{port}/v1"):
+        CompletionClient(f"http://127.0.0.1:{port}/v1", timeout=5)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from openai import OpenAI
+from openai import APIConnectionError, OpenAI
 from openai.types import CompletionChoice
 
+from gymflow.errors import UserError
 from gymflow.models.sampling import Completion
 
 # Sent with every request: vLLM fills sampling parameters a request leaves out from the model's
@@ -33,7 +34,13 @@ class CompletionClient:
     ) -> None:
         """`model` defaults to the server's first (vLLM and `gymflow serve-model` serve one)."""
         self.client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout)
-        self.model = model or self.client.models.list().data[0].id
+        try:
+            self.model = model or self.client.models.list().data[0].id
+        except APIConnectionError:
+            raise UserError(
+                f"no completion server answers at {base_url}: start one (`vllm serve MODEL` or "
+                "`gymflow serve-model PATH`) or fix the URL (evaluate.servers)"
+            ) from None
 
     def complete(
         self,
