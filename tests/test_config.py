@@ -30,6 +30,10 @@ def test_valid_params_load(tmp_path):
         (GOOD.replace("maze: 8", "maze: 80"), "trajectories.tasks exceeds instructions.train"),
         (GOOD.replace("seed: 0", "seed: zero"), "instructions.seed: Input should be a valid integer"),
         ("envs: [maze\n", "not valid YAML"),
+        (
+            GOOD + "evaluate: {envs: [maze], policies: [sft], servers: {stf: 'http://x/v1'}}\n",
+            "evaluate.servers names \\['stf'\\], which are not in evaluate.policies",
+        ),
     ],
 )
 def test_bad_params_are_one_line_errors(tmp_path, text, message):
