@@ -36,7 +36,7 @@ def main() -> None:
     data = conversations("data/rollouts/trajectories", [args.env])[: args.episodes]
     if not data:
         raise SystemExit("no AgentTraj episodes: run `dvc repro init_model` first")
-    cfg = SFTParams(envs=[args.env], epochs=1, batch_size=args.batch, log_every=10**6)
+    cfg = SFTParams(envs={args.env: 1}, batch_size=args.batch, log_every=10**6)
     tokenizer = AutoTokenizer.from_pretrained("data/models/init")
     table = Table("trainer", "tokens/s", "final loss")
     speed = {}

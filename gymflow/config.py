@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from gymflow.envs import ENVS
 from gymflow.errors import UserError
@@ -57,8 +57,10 @@ class ModelConfig(Section):
 class SFTParams(Section):
     """Behaviour cloning on AgentTraj (TRL's SFTTrainer, loss on assistant tokens only)."""
 
-    envs: list[str] = Field(min_length=1, description="environments whose AgentTraj episodes are trained on")
-    epochs: float = Field(3, gt=0)
+    envs: dict[str, PositiveInt] = Field(
+        min_length=1,
+        description="environment -> passes over its AgentTraj episodes (its epochs); the mixture is shuffled",
+    )
     lr: float = Field(2e-3, gt=0)
     batch_size: int = Field(8, ge=1, description="episodes per step")
     warmup: float = Field(0.05, ge=0, description="warm-up: a fraction of the steps (< 1) or a step count")

@@ -1,4 +1,5 @@
-"""Stage `sft`: behaviour cloning of the initial model on AgentTraj (`sft.envs`), loss on assistant tokens.
+"""Stage `sft`: behaviour cloning of the initial model on AgentTraj (`sft.envs`: passes per environment),
+loss on assistant tokens.
 
     dvc repro sft                 # or: python -m stages.sft
 Writes data/models/sft (a Hugging Face model directory), data/plots/sft.csv (loss per step, `dvc plots show`)
@@ -11,16 +12,18 @@ from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.models.build import resolve
 from gymflow.stage import run_stage, write_metrics
-from gymflow.train.sft import conversations, train_sft
+from gymflow.train.sft import mixture, train_sft
 
 
 def main() -> None:
     params = load_params()
     if params.sft is None:
         raise UserError("params.yaml has no `sft:` section; add one (see the README) to run this stage")
-    data = conversations("data/rollouts/trajectories", params.sft.envs)  # its declared input only
+    data = mixture("data/rollouts/trajectories", params.sft.envs)  # its declared input only
     if not data:
-        raise UserError(f"no AgentTraj episodes for {params.sft.envs}: run `dvc repro trajectories` first")
+        raise UserError(
+            f"no AgentTraj episodes for {list(params.sft.envs)}: run `dvc repro trajectories` first"
+        )
     metrics = train_sft(
         resolve("data/models/init"), Path("data/models/sft"), data, params.sft, Path("data/plots/sft.csv")
     )

@@ -38,7 +38,8 @@ def repo(tmp_path_factory):
     run([sys.executable, "-m", "dvc", "init", "-q"], repo)
     params["model"] = {**params["model"], "vocab_size": 400, "hidden_size": 16, "intermediate_size": 32}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    params["sft"] = {**params["sft"], "epochs": 1, "batch_size": 2, "bf16": False, "log_every": 1}
+    sft_envs = dict.fromkeys(params["sft"]["envs"], 1)
+    params["sft"] = {**params["sft"], "envs": sft_envs, "batch_size": 2, "bf16": False, "log_every": 1}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     params["evaluate"] = {**params["evaluate"], "envs": ["maze", "wordle"], "k": 1, "max_new_tokens": 8}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))

@@ -16,7 +16,7 @@ from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import episode_tokens
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
-from gymflow.train.sft import conversations, train_sft
+from gymflow.train.sft import conversations, mixture, train_sft
 
 TASKS = build_splits(Maze, 24, 0, seed=0)["train"]
 INFO = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert")
@@ -84,8 +84,9 @@ def test_trained_tokens_are_the_assistant_replies_exactly(tmp_path, data_dir, in
 
 
 def test_a_short_run_learns_the_expert_replies_and_saves_a_model(tmp_path, data_dir, init_dir):
-    cfg = SFTParams(envs=["maze"], epochs=6, lr=1e-2, batch_size=4, log_every=2, bf16=False)
-    data = conversations(data_dir, ["maze"])
+    cfg = SFTParams(envs={"maze": 6}, lr=1e-2, batch_size=4, log_every=2, bf16=False)
+    data = mixture(data_dir, cfg.envs)
+    assert len(data) == 6 * len(TASKS)
     metrics = train_sft(str(init_dir), tmp_path / "sft", data, cfg, tmp_path / "sft.csv")
     rows = list(csv.DictReader((tmp_path / "sft.csv").open()))
     losses = [float(r["loss"]) for r in rows]
@@ -95,6 +96,18 @@ def test_a_short_run_learns_the_expert_replies_and_saves_a_model(tmp_path, data_
     before = AutoModelForCausalLM.from_pretrained(init_dir)
     assert not torch.equal(trained.model.embed_tokens.weight, before.model.embed_tokens.weight)
     assert not (tmp_path / "sft.checkpoints").exists()  # removed once the model is saved
+
+
+def test_the_mixture_repeats_each_environment_by_its_passes(tmp_path, data_dir):
+    env = make_env("wordle")
+    wordle = build_splits(type(env), 3, 0, seed=0)["train"]
+    write_episodes(tmp_path / "rollouts", "wordle", [run_expert(env, t) for t in wordle], INFO)
+    write_episodes(tmp_path / "rollouts", "maze", [run_expert(make_env("maze"), t) for t in TASKS[:2]], INFO)
+    data = mixture(tmp_path, {"maze": 3, "wordle": 1})
+    firsts = [c["messages"][1]["content"] for c in data]
+    assert len(data) == 3 * 2 + 3
+    assert all(sum(t.instruction in first for first in firsts) == 3 for t in TASKS[:2])
+    assert sum(c["messages"][0]["content"] == env.spec.system_prompt for c in data) == 3
 
 
 def test_our_loss_is_trls_loss_on_the_same_batch(tmp_path, data_dir, init_dir):

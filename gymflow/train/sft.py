@@ -2,7 +2,9 @@
 
 The chat template's `{% generation %}` markers give the assistant mask (`assistant_only_loss`), so the
 environment's text is context and never a target. Full fine-tuning for the tiny default, LoRA as a switch.
-Checkpoints go beside the output each epoch, so an interrupted run resumes from the last one.
+Each environment's episodes are repeated as many times as its passes in `sft.envs` and the mixture trained
+on in one shuffled pass: environments that learn slowly get more passes without more of the others.
+Checkpoints go beside the output ten times per run, so an interrupted run resumes from the last one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ def conversations(data_dir: str | Path, envs: list[str], stage: str = "trajector
     for episode_id, role, text in rows:
         convs.setdefault(episode_id, []).append({"role": role, "content": text})
     return [{"messages": m[:-1] if m[-1]["role"] == "user" else m} for m in convs.values()]
+
+
+def mixture(data_dir: str | Path, passes: dict[str, int]) -> list[dict[str, Any]]:
+    """The training set: each environment's AgentTraj conversations, repeated `passes[env]` times."""
+    return [conv for env, n in passes.items() for conv in conversations(data_dir, [env]) * n]
 
 
 class AssistantLossTrainer(SFTTrainer):
@@ -81,10 +88,11 @@ class CurveWriter(TrainerCallback):
 
 
 def sft_args(cfg: SFTParams, output_dir: Path) -> SFTConfig:
-    """TRL's configuration for `cfg`: assistant-only loss, length-grouped batches, a checkpoint per epoch."""
+    """TRL's configuration for `cfg`: one pass over the mixture (`mixture`), assistant-only loss,
+    length-grouped batches, ten checkpoints."""
     return SFTConfig(
         output_dir=str(output_dir),
-        num_train_epochs=cfg.epochs,
+        num_train_epochs=1,
         per_device_train_batch_size=cfg.batch_size,
         learning_rate=cfg.lr,
         lr_scheduler_type="cosine",
@@ -98,7 +106,8 @@ def sft_args(cfg: SFTParams, output_dir: Path) -> SFTConfig:
         use_cpu=not torch.cuda.is_available(),
         seed=cfg.seed,
         logging_steps=cfg.log_every,
-        save_strategy="epoch",
+        save_strategy="steps",
+        save_steps=0.1,  # a fraction of all steps
         save_total_limit=1,
         report_to=[],
         disable_tqdm=False,
@@ -132,7 +141,7 @@ def train_sft(
     start = time.perf_counter()
     result = trainer.train(resume_from_checkpoint=resume or None)
     wall = time.perf_counter() - start
-    tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"]) * cfg.epochs
+    tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
     trained = trainer.model.merge_and_unload() if cfg.lora_rank else trainer.model
     with atomic_dir(out_dir) as tmp:
         trained.save_pretrained(tmp)
