@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gymflow.envs import ENVS
 from gymflow.errors import UserError
@@ -61,6 +69,15 @@ class SFTParams(Section):
         min_length=1,
         description="environment -> passes over its AgentTraj episodes (its epochs); the mixture is shuffled",
     )
+
+    @field_validator("envs", mode="before")
+    @classmethod
+    def _passes_per_env(cls, value: object) -> object:
+        if isinstance(value, list):  # the list form of older params.yaml files
+            example = ", ".join(f"{env}: 3" for env in value[:2])
+            raise ValueError(f"give each environment its passes over AgentTraj, e.g. {{{example}}}")
+        return value
+
     lr: float = Field(2e-3, gt=0)
     batch_size: int = Field(8, ge=1, description="episodes per step")
     warmup: float = Field(0.05, ge=0, description="warm-up: a fraction of the steps (< 1) or a step count")

@@ -31,6 +31,11 @@ def test_valid_params_load(tmp_path):
         (GOOD.replace("seed: 0", "seed: zero"), "instructions.seed: Input should be a valid integer"),
         ("envs: [maze\n", "not valid YAML"),
         (
+            GOOD + "sft: {envs: [maze]}\n",
+            "sft.envs: give each environment its passes over AgentTraj, e.g. {maze: 3}",
+        ),
+        (GOOD + "sft: {envs: {maze: 0}}\n", "sft.envs.maze: Input should be greater than 0"),
+        (
             GOOD + "evaluate: {envs: [maze], policies: [sft], servers: {stf: 'http://x/v1'}}\n",
             "evaluate.servers names \\['stf'\\], which are not in evaluate.policies",
         ),
