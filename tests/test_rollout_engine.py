@@ -86,6 +86,19 @@ def test_batched_equals_one_at_a_time_when_greedy(model, fmt):
     ]
 
 
+def test_episodes_that_end_at_different_turns_leave_the_others_unchanged(model, fmt):
+    wordle = build_splits(type(make_env("wordle")), 3, 0, seed=0)["train"]
+    jobs = [(t, 0) for t in [TASKS[0], wordle[0], TASKS[1], wordle[1]]]  # wordle's turn limit is shorter
+    cfg = SamplingConfig(temperature=0, max_new_tokens=8, batch_size=4)
+    together = rollout(model, fmt, jobs, cfg)
+    alone = rollout(model, fmt, jobs, SamplingConfig(temperature=0, max_new_tokens=8, batch_size=1))
+    assert len({e.turns for e in together}) > 1  # the batch really shrank mid-way
+    for a, b in zip(together, alone, strict=True):
+        assert [m.token_ids for m in a.messages] == [m.token_ids for m in b.messages]
+        logprobs = [lp for m in a.messages for lp in m.logprobs]
+        assert logprobs == pytest.approx([lp for m in b.messages for lp in m.logprobs], abs=1e-4)
+
+
 def test_an_episode_that_would_outgrow_the_context_ends_with_length_limit(model, fmt):
     prompt = len(fmt.prompt(Maze.spec.system_prompt, make_env("maze").reset(TASKS[0])))
     cfg = SamplingConfig(temperature=0, max_new_tokens=8, max_length=prompt + 20, batch_size=2)

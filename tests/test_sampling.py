@@ -107,6 +107,25 @@ def test_a_row_that_stops_early_continues_at_the_right_position_next_turn(model)
         assert a.logprobs + b.logprobs == pytest.approx(full[:n] + full[n + len(observation) :], abs=1e-4)
 
 
+def test_dropping_rows_and_padding_leaves_what_the_kept_rows_compute_unchanged(model):
+    stop = sample(model, [PROMPTS[1]], 6, stop_ids=[STOP], pad_id=PAD, temperature=0)[0].token_ids[1]
+    decoder = Decoder(model, len(PROMPTS), PAD)
+    first = decoder.decode(decoder.extend(PROMPTS), [True] * 3, 6, [stop], temperature=0)
+    padded = decoder.mask.shape[1]
+    decoder.keep([2, 1])  # row 0, the longest prompt, is done; row 1 stopped early (padding after it)
+    kept = [(PROMPTS[2], first[2]), (PROMPTS[1], first[1])]
+    real = [len(p) + len(c.token_ids) - 1 for p, c in kept]  # a reply's last id is not cached yet
+    assert decoder.mask.shape == (2, max(real)) and decoder.mask.shape[1] < padded
+    assert decoder.mask.sum(-1).tolist() == real and decoder.cache.get_seq_length() == max(real)
+    observation = [20, 21, 22]
+    chunks = [[c.token_ids[-1], *observation] for _, c in kept]
+    second = decoder.decode(decoder.extend(chunks), [True] * 2, 5, [STOP], 0)
+    for (prompt, a), b in zip(kept, second, strict=True):
+        full = recomputed_logprobs(model, prompt, a.token_ids + observation + b.token_ids)
+        n = len(a.token_ids)
+        assert a.logprobs + b.logprobs == pytest.approx(full[:n] + full[n + len(observation) :], abs=1e-4)
+
+
 class AngleTokenizer:
     """Decodes id i as "<i>", so any run of ids is findable as text."""
 

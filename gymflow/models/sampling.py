@@ -100,6 +100,18 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = self.key_buf[..., :need, :], self.value_buf[..., :need, :]
         return self.keys, self.values
 
+    def keep(self, rows: torch.Tensor, columns: torch.Tensor) -> None:
+        """Keep `rows` only and, of row i, the entries at `columns[i]` in that order."""
+        width = columns.shape[1]
+        index = columns[:, None, :, None].expand(-1, self.keys.shape[1], -1, self.keys.shape[-1])
+        keys, values = self.keys[rows].gather(2, index), self.values[rows].gather(2, index)
+        shape = list(keys.shape)
+        shape[-2] = max(2 * width, 256)
+        self.key_buf, self.value_buf = keys.new_empty(shape), values.new_empty(shape)
+        self.key_buf[..., :width, :], self.value_buf[..., :width, :] = keys, values
+        self.used = width
+        self.keys, self.values = self.key_buf[..., :width, :], self.value_buf[..., :width, :]
+
 
 def growing_cache() -> DynamicCache:
     cache = DynamicCache()
@@ -121,6 +133,21 @@ class Decoder:
         self.cache = growing_cache()
         self.mask = torch.zeros((batch, 0), dtype=torch.long, device=self.device)
         self.length = torch.zeros(batch, dtype=torch.long, device=self.device)  # real tokens so far per row
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Go on with `rows` only, in that order, without padding: each row's cached tokens move to the right
+        end, left-padded to the longest. Attention reads every cached column of every row for each token, so
+        finished episodes and the padding of earlier turns cost time until dropped
+        (`benchmarks/rollout_throughput.py`). Cached keys carry their rotary positions: the model computes
+        the same as before."""
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        mask = self.mask[index]
+        width = int(mask.sum(-1).max())
+        columns = mask.argsort(dim=-1, stable=True)[:, mask.shape[1] - width :]  # padding sorts first
+        for layer in self.cache.layers:
+            layer.keep(index, columns)
+        self.mask = mask.gather(1, columns)
+        self.length = self.length[index]
 
     @torch.no_grad()
     def extend(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 In process, each batch of episodes shares one KV cache (`Decoder`): a turn appends, per episode, the ids
 since its last reply (its observation through the chat template) and samples the next reply for every
-episode still running, so history is never re-encoded. Through a server (`CompletionBackend`, e.g. vLLM
+episode still running, so history is never re-encoded; episodes that end leave the cache, and so does the
+padding between turns (`Decoder.keep`). Through a server (`CompletionBackend`, e.g. vLLM
 behind `gymflow.models.openai_client`), a turn sends every running episode's whole id sequence in one
 batched request; the server's own prefix cache is what saves re-encoding there. Either way every assistant
 message keeps the ids and log-probabilities exactly as sampled; `episode_tokens` rebuilds the whole
@@ -107,60 +108,55 @@ def _play_batch(model, fmt, batch, cfg, horizon, generator, pool) -> tuple[list[
         env = envs[taken[task.env]]
         taken[task.env] += 1
         running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
+    decoder = None
     if isinstance(model, PreTrainedModel):
         decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
-        sample_turn = partial(_decode_turn, decoder, running, fmt=fmt, cfg=cfg, generator=generator)
+        sample_turn = partial(_decode_turn, decoder, fmt=fmt, cfg=cfg, generator=generator)
     else:
-        sample_turn = partial(_request_turn, model, running, fmt=fmt, cfg=cfg)
+        sample_turn = partial(_request_turn, model, fmt=fmt, cfg=cfg)
     results: list[Episode | None] = [None] * len(running)
+    live = list(range(len(running)))  # episodes still playing, in the decoder's row order
     sampled = 0
-    while any(r is None for r in results):
-        replies = sample_turn([r is None for r in results])
-        for i, (ep, reply) in enumerate(zip(running, replies, strict=True)):
-            if reply is None:
-                continue
+    while live:
+        replies = sample_turn([running[i] for i in live])
+        for i, reply in zip(live, replies, strict=True):
             sampled += len(reply.token_ids)
-            results[i] = _advance(ep, reply, fmt, cfg)
+            results[i] = _advance(running[i], reply, fmt, cfg)
+        going = [row for row, i in enumerate(live) if results[i] is None]
+        if decoder is not None and going:
+            decoder.keep(going)  # one copy of the cache per turn; every token of the next turn reads it
+        live = [live[row] for row in going]
     return [r for r in results if r is not None], sampled
 
 
 def _decode_turn(
     decoder: Decoder,
     running: list[_Running],
-    active: list[bool],
     fmt: ChatFormat,
     cfg: SamplingConfig,
     generator: torch.Generator | None,
-) -> list[Completion | None]:
-    """One reply per active episode from the shared cache, fed only the ids it does not hold yet."""
-    chunks = [ep.ids[ep.cached :] if on else [] for ep, on in zip(running, active, strict=True)]
-    logits = decoder.extend(chunks)
+) -> list[Completion]:
+    """One reply per episode (one per decoder row) from the shared cache, fed only the ids it lacks."""
+    logits = decoder.extend([ep.ids[ep.cached :] for ep in running])
+    active = [True] * len(running)
     replies = decoder.decode(
         logits, active, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p, generator
     )
-    for ep, reply in zip(running, replies, strict=True):
-        if reply is not None:  # the reply's last id stays out of the cache (see `Decoder`)
-            ep.cached = len(ep.ids) + len(reply.token_ids) - 1
+    for ep, reply in zip(running, replies, strict=True):  # a reply's last id stays out of the cache
+        ep.cached = len(ep.ids) + len(reply.token_ids) - 1
     return replies
 
 
 def _request_turn(
-    backend: CompletionBackend,
-    running: list[_Running],
-    active: list[bool],
-    fmt: ChatFormat,
-    cfg: SamplingConfig,
-) -> list[Completion | None]:
-    """One reply per active episode in one batched request that carries each episode's whole sequence.
+    backend: CompletionBackend, running: list[_Running], fmt: ChatFormat, cfg: SamplingConfig
+) -> list[Completion]:
+    """One reply per episode in one batched request that carries each episode's whole sequence.
 
     No seed is sent: vLLM applies a request's seed to each of its prompts, so the samples of one task
     (identical prompts) would all get the same reply.
     """
-    prompts = [ep.ids for ep, on in zip(running, active, strict=True) if on]
-    completions = iter(
-        backend.complete(prompts, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p)
-    )
-    return [next(completions) if on else None for on in active]
+    prompts = [ep.ids for ep in running]
+    return backend.complete(prompts, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p)
 
 
 def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConfig) -> Episode | None:
