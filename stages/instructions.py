@@ -1,25 +1,24 @@
 """Stage `instructions`: per environment, a train split and a held-out eval split (AgentEval).
 
     dvc repro instructions        # or: python -m stages.instructions
-Writes data/instructions/<env>.tasks.parquet and data/metrics/instructions.json.
+Writes data/instructions/<env>.tasks.parquet and data/metrics/instructions.json; environments are built in
+parallel, one process per core.
 """
 
 from gymflow.config import load_params
-from gymflow.envs import ENVS
-from gymflow.envs.instructions import build_splits, save_tasks
+from gymflow.envs.instructions import build_all
 from gymflow.stage import run_stage, write_metrics
 
 
 def main() -> None:
     params = load_params()
     cfg = params.instructions
+    sizes = {env: (cfg.train[env], cfg.eval[env]) for env in params.envs}
     counts = {}
-    for env in params.envs:
-        splits = build_splits(ENVS[env], n_train=cfg.train[env], n_eval=cfg.eval[env], seed=cfg.seed)
-        save_tasks("data", env, splits)
-        counts[env] = {split: len(tasks) for split, tasks in splits.items()}
-        print(f"{env}: {counts[env]['train']} train, {counts[env]['eval']} eval tasks")
-    write_metrics("instructions", counts)
+    for env, count in build_all("data", sizes, cfg.seed):
+        counts[env] = count
+        print(f"{env}: {count['train']} train, {count['eval']} eval tasks", flush=True)
+    write_metrics("instructions", {env: counts[env] for env in params.envs})
 
 
 if __name__ == "__main__":

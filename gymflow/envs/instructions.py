@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from gymflow.envs import ENVS
 from gymflow.envs.base import Env, Task
 from gymflow.errors import UserError
 from gymflow.store.io import read_rows, table_path, write_rows
@@ -97,3 +100,21 @@ def load_tasks(data_dir: str | Path, env: str, split: str | None = None) -> list
         raise UserError(f"no instructions for {env!r} in {path.parent}: run `dvc repro instructions` first")
     tasks = [Task.from_row(r) for r in read_rows(path)]
     return [t for t in tasks if split is None or t.split == split]
+
+
+def build_env(data_dir: str | Path, env: str, n_train: int, n_eval: int, seed: int) -> dict[str, int]:
+    """Draw and save one environment's splits; how many tasks each holds."""
+    splits = build_splits(ENVS[env], n_train=n_train, n_eval=n_eval, seed=seed)
+    save_tasks(data_dir, env, splits)
+    return {split: len(tasks) for split, tasks in splits.items()}
+
+
+def build_all(
+    data_dir: str | Path, sizes: dict[str, tuple[int, int]], seed: int, workers: int | None = None
+) -> Iterator[tuple[str, dict[str, int]]]:
+    """`build_env` for every env -> (train, eval) in `sizes`, one process per core, yielded as each ends:
+    the slow ones (TextWorld games, ScienceWorld gold paths) overlap (`benchmarks/parallel_envs.py`)."""
+    with ProcessPoolExecutor(workers or max(1, min(len(sizes), os.cpu_count() or 1))) as pool:
+        jobs = {pool.submit(build_env, data_dir, env, *n, seed): env for env, n in sizes.items()}
+        for job in as_completed(jobs):
+            yield jobs[job], job.result()

@@ -138,11 +138,14 @@ class Decoder:
         """Go on with `rows` only, in that order, without padding: each row's cached tokens move to the right
         end, left-padded to the longest. Attention reads every cached column of every row for each token, so
         finished episodes and the padding of earlier turns cost time until dropped
-        (`benchmarks/rollout_throughput.py`). Cached keys carry their rotary positions: the model computes
-        the same as before."""
-        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        (`benchmarks/rollout_throughput.py`); a copy that would drop little is skipped. Cached keys carry
+        their rotary positions: the model computes the same as before."""
+        rows = list(rows)
+        width = int(self.mask[rows].sum(-1).max())
+        if rows == list(range(len(self.mask))) and width > 0.75 * self.mask.shape[1]:
+            return  # every row stays and little padding: the copy would cost more than it saves
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
         mask = self.mask[index]
-        width = int(mask.sum(-1).max())
         columns = mask.argsort(dim=-1, stable=True)[:, mask.shape[1] - width :]  # padding sorts first
         for layer in self.cache.layers:
             layer.keep(index, columns)

@@ -7,7 +7,12 @@ whose files already carry the same config hash is skipped, so an interrupted run
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import queue
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import Manager
 from pathlib import Path
 from typing import Any
 
@@ -48,29 +53,55 @@ def is_current(folder: Path, env: str, digest: str) -> bool:
 def collect(
     tasks: dict[str, list[Task]], rollout_dir: str | Path, json_dir: str | Path, info: RunInfo
 ) -> None:
-    """Run the expert on every task, keep the successes, write the tables and the JSON."""
+    """Run the expert on every task, keep the successes, write the tables and the JSON.
+
+    Environments play in parallel, one process per core (the slow ones, TextWorld compiles and ScienceWorld,
+    overlap); each writes its own files when done, so an interrupted run keeps the finished ones.
+    """
     rollout_dir, json_dir = Path(rollout_dir), Path(json_dir)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    with Progress(*columns) as progress:
-        for env_name, env_tasks in tasks.items():
-            digest = f"{info.config_hash}-{len(env_tasks)}"
-            if is_current(rollout_dir, env_name, digest) and (json_dir / f"{env_name}.json").exists():
-                progress.console.print(f"{env_name}: up to date, skipped")
-                continue
-            bar = progress.add_task(f"{env_name:>10}", total=len(env_tasks))
-            env = make_env(env_name)
-            kept: list[Episode] = []
-            try:
-                for task in env_tasks:
-                    ep = run_expert(env, task)
-                    if ep.success:
-                        kept.append(ep)
-                    progress.advance(bar)
-            finally:
-                env.close()
-            meta = {"gymflow.config_hash": digest, "gymflow.attempted": str(len(env_tasks))}
-            write_episodes(rollout_dir, env_name, kept, info, meta)
-            write_text(json_dir / f"{env_name}.json", json.dumps([to_agentgym(ep) for ep in kept], indent=1))
+    with Progress(*columns) as progress, Manager() as manager:
+        done = manager.Queue()  # one env name per task played: the workers' progress
+        bars, jobs = {}, []
+        with ProcessPoolExecutor(max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
+            for env_name, env_tasks in tasks.items():
+                digest = f"{info.config_hash}-{len(env_tasks)}"
+                if is_current(rollout_dir, env_name, digest) and (json_dir / f"{env_name}.json").exists():
+                    progress.console.print(f"{env_name}: up to date, skipped")
+                    continue
+                bars[env_name] = progress.add_task(f"{env_name:>10}", total=len(env_tasks))
+                args = (env_name, env_tasks, rollout_dir, json_dir, info, digest, done)
+                jobs.append(pool.submit(_collect_env, *args))
+            while not all(job.done() for job in jobs) or not done.empty():
+                with contextlib.suppress(queue.Empty):
+                    progress.advance(bars[done.get(timeout=0.2)])
+            for job in jobs:
+                job.result()  # a worker's error surfaces here
+
+
+def _collect_env(
+    env_name: str,
+    env_tasks: list[Task],
+    rollout_dir: Path,
+    json_dir: Path,
+    info: RunInfo,
+    digest: str,
+    done: queue.Queue,
+) -> None:
+    """One environment's AgentTraj, in a worker process; `done` hears of every task played."""
+    env = make_env(env_name)
+    kept: list[Episode] = []
+    try:
+        for task in env_tasks:
+            ep = run_expert(env, task)
+            if ep.success:
+                kept.append(ep)
+            done.put(env_name)
+    finally:
+        env.close()
+    meta = {"gymflow.config_hash": digest, "gymflow.attempted": str(len(env_tasks))}
+    write_episodes(rollout_dir, env_name, kept, info, meta)
+    write_text(json_dir / f"{env_name}.json", json.dumps([to_agentgym(ep) for ep in kept], indent=1))
 
 
 def write_episodes(
