@@ -1,16 +1,20 @@
 """Instructions and AgentTraj built one environment at a time against one process per core (what the
 `instructions` and `trajectories` stages do), with the sizes in params.yaml.
 
-Each path starts from an empty game cache (TextWorld compiles count) and writes into a temporary folder;
-prints the wall time of both stages for each path and the ratio.
+Each path runs in a fresh process (no warm in-memory caches carried over), starts from an empty game cache
+(TextWorld compiles count) and writes into a temporary folder; prints the wall time of both stages for each
+path and the ratio.
 
     python benchmarks/parallel_envs.py
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,10 +53,16 @@ def run(parallel: bool, root: Path) -> tuple[float, float]:
 
 
 def main() -> None:
-    times = {}
-    for name, parallel in [("one env at a time", False), (f"{os.cpu_count()} processes", True)]:
+    if len(sys.argv) == 3 and sys.argv[1] == "--path":  # one path, in this fresh process
         with tempfile.TemporaryDirectory() as tmp:
-            times[name] = run(parallel, Path(tmp))
+            print(json.dumps(run(sys.argv[2] == "parallel", Path(tmp))))
+        return
+    times = {}
+    for name, path in [("one env at a time", "sequential"), (f"{os.cpu_count()} processes", "parallel")]:
+        out = subprocess.run(
+            [sys.executable, __file__, "--path", path], check=True, capture_output=True, text=True
+        ).stdout
+        times[name] = json.loads(out.strip().splitlines()[-1])
     table = Table(title="instructions + trajectories on the params.yaml sizes, empty game cache")
     for col in ["path", "instructions s", "trajectories s", "total s", "x sequential"]:
         table.add_column(col, justify="right")
