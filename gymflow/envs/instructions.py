@@ -110,11 +110,11 @@ def build_env(data_dir: str | Path, env: str, n_train: int, n_eval: int, seed: i
 
 
 def build_all(
-    data_dir: str | Path, sizes: dict[str, tuple[int, int]], seed: int, workers: int | None = None
+    data_dir: str | Path, sizes: dict[str, tuple[int, int]], seed: int
 ) -> Iterator[tuple[str, dict[str, int]]]:
     """`build_env` for every env -> (train, eval) in `sizes`, one process per core, yielded as each ends:
     the slow ones (TextWorld games, ScienceWorld gold paths) overlap (`benchmarks/parallel_envs.py`)."""
-    with ProcessPoolExecutor(workers or max(1, min(len(sizes), os.cpu_count() or 1))) as pool:
+    with ProcessPoolExecutor(max(1, min(len(sizes), os.cpu_count() or 1))) as pool:
         jobs = {pool.submit(build_env, data_dir, env, *n, seed): env for env, n in sizes.items()}
         for job in as_completed(jobs):
             yield jobs[job], job.result()
