@@ -1,4 +1,5 @@
-"""The pipeline as a Prefect flow: the DVC stages in order, heavy ones held to one GPU slot.
+"""The pipeline as a Prefect flow: the DVC stages in order, then AgentEvol's iterations (`flows.evol`), heavy
+ones held to one GPU slot.
 
 Each task runs one stage through `dvc repro -s STAGE`, so `dvc.lock` stays the record of what was built and a
 stage whose inputs did not change is skipped by DVC. Heavy stages carry the tag `gpu`; a tag concurrency
@@ -29,7 +30,7 @@ HEAVY = {"sft", "evaluate"}  # model training and generation: a GPU each, when t
 
 @task(retries=2, retry_delay_seconds=10)
 def repro(stage: str, repo: str) -> str:
-    """One DVC stage, alone (`-s`): its dependencies were run by the tasks before it."""
+    """One DVC stage (or a foreach group of them), alone (`-s`): its dependencies were run by the tasks before it."""
     out = subprocess.run(
         [sys.executable, "-m", "dvc", "repro", "-s", stage], cwd=repo, capture_output=True, text=True
     )
@@ -40,13 +41,12 @@ def repro(stage: str, repo: str) -> str:
 
 
 def evaluation_rows(repo: str) -> list[dict[str, object]]:
-    """One row per policy and environment from data/metrics/evaluate.json."""
-    metrics = json.loads((Path(repo) / "data/metrics/evaluate.json").read_text())
-    return [
-        {"policy": policy, "env": env, **per_env["all"]}
-        for policy, envs in metrics.items()
-        for env, per_env in envs.items()
-    ]
+    """One row per policy and environment from data/metrics/evaluate/<policy>.json."""
+    rows = []
+    for path in sorted((Path(repo) / "data/metrics/evaluate").glob("*.json")):
+        for env, per_env in json.loads(path.read_text()).items():
+            rows.append({"policy": path.stem, "env": env, **per_env["all"]})
+    return rows
 
 
 @flow(name="gymflow-pipeline", log_prints=True)
@@ -54,6 +54,9 @@ def pipeline(repo: str = ".", stages: list[str] = STAGES) -> list[dict[str, obje
     for stage in stages:
         tags = ["gpu"] if stage in HEAVY else []
         repro.with_options(name=f"repro-{stage}", tags=tags)(stage, repo)
+    from flows.evol import evol  # it reuses `repro` from here
+
+    evol(repo)
     rows = evaluation_rows(repo) if "evaluate" in stages else []
     if rows:
         create_table_artifact(

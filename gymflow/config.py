@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import (
@@ -91,11 +92,9 @@ class SFTParams(Section):
 
 
 class EvalParams(Section):
-    """AgentEval: each policy plays the eval split greedily, and k more times sampled for pass@k."""
+    """AgentEval: a policy plays the eval split greedily, and k more times sampled for pass@k. Which policies
+    are evaluated is the stage list in dvc.yaml (`evaluate@init`, `evaluate@sft`, `evol_evaluate@<iteration>`)."""
 
-    policies: list[str] = Field(
-        ["init", "sft"], min_length=1, description="model directories under data/models"
-    )
     envs: list[str] = Field(min_length=1)
     k: int = Field(0, ge=0, description="sampled episodes per task for pass@k; 0: greedy only")
     temperature: float = Field(1.0, gt=0)
@@ -110,11 +109,71 @@ class EvalParams(Section):
         "samples for it; other policies sample in process",
     )
 
+
+class EvolSettings(Section):
+    """One AgentEvol iteration (AgentGym Algorithm 1): explore, keep what succeeded, learn."""
+
+    tasks: dict[str, PositiveInt | None] = Field(
+        min_length=1,
+        description="environment -> train tasks explored per iteration (a fresh seeded draw); null: all of them",
+    )
+    samples: PositiveInt = Field(1, description="episodes per task (K)")
+    temperature: float = Field(0.7, gt=0)
+    threshold: float = Field(
+        0.0, description="keep explored episodes that succeeded with reward >= threshold"
+    )
+    merge_sft: bool = Field(True, description="learn on the kept episodes plus the SFT data (AgentTraj)")
+    learn_from: Literal["init", "sft", "last"] = Field(
+        "init", description="the model each learning step starts from; last: the agent that explored"
+    )
+    epochs: float = Field(
+        1.0, gt=0, description="passes over the learning data, as a multiple of sft.envs' passes per env"
+    )
+    lr: float | None = Field(None, gt=0, description="learning rate of each learning step; null: sft.lr")
+    seed: int = 0
+
+
+class Iteration(Section):
+    """An iteration names the agent that explores in it; any key of `evol` given here overrides it for this
+    iteration only (DVC then reruns only this iteration and the ones after it)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    explorer: str = Field(description="model under data/models that explores: sft, or an earlier iteration")
+
+
+class EvolParams(EvolSettings):
+    """AgentEvol and its variants: rejection fine-tuning is one iteration from the SFT agent without merging,
+    expert iteration continues from the last agent (`learn_from: last`)."""
+
+    iterations: dict[str, Iteration] = Field(min_length=1, description="name -> iteration, in order (M)")
+
+    def at(self, name: str) -> EvolSettings:
+        """The settings of iteration `name`: the shared ones with its overrides."""
+        if name not in self.iterations:
+            raise ValueError(f"no iteration {name!r} in evol.iterations (have {list(self.iterations)})")
+        shared = self.model_dump(exclude={"iterations"})
+        overrides = self.iterations[name].model_dump(exclude={"explorer"})
+        return EvolSettings.model_validate({**shared, **overrides})
+
+    def index(self, name: str) -> int:
+        """1 for the first iteration; the `iteration` column of its rollouts."""
+        return list(self.iterations).index(name) + 1
+
     @model_validator(mode="after")
-    def _check_servers(self) -> EvalParams:
-        unknown = sorted(set(self.servers) - set(self.policies))
-        if unknown:
-            raise ValueError(f"evaluate.servers names {unknown}, which are not in evaluate.policies")
+    def _check_chain(self) -> EvolParams:
+        seen = ["sft"]
+        for name, it in self.iterations.items():
+            if name in ("init", "sft") or not name.replace("_", "").isalnum():
+                raise ValueError(f"iteration name {name!r} must be letters, digits or _, and not init or sft")
+            if it.explorer not in seen:
+                raise ValueError(
+                    f"iteration {name} explores with {it.explorer!r}; use sft or an earlier iteration {seen[1:]}"
+                )
+            try:
+                self.at(name)
+            except ValidationError as e:
+                raise ValueError(f"evol.iterations.{name}: {_describe(e)}") from None
+            seen.append(name)
         return self
 
 
@@ -125,6 +184,7 @@ class Params(Section):
     model: ModelConfig = ModelConfig()
     sft: SFTParams | None = None
     evaluate: EvalParams | None = None
+    evol: EvolParams | None = None
 
     @model_validator(mode="after")
     def _check_envs(self) -> Params:
@@ -142,10 +202,15 @@ class Params(Section):
             negative = [e for e, n in sizes.items() if n < 0]
             if negative:
                 raise ValueError(f"{name} sizes must be >= 0, got {negative}")
-        for name, section in [("sft", self.sft), ("evaluate", self.evaluate)]:
-            if section and (outside := [e for e in section.envs if e not in self.envs]):
+        for name, section in [
+            ("sft.envs", self.sft),
+            ("evaluate.envs", self.evaluate),
+            ("evol.tasks", self.evol),
+        ]:
+            envs = section and (section.tasks if name == "evol.tasks" else section.envs)
+            if envs and (outside := [e for e in envs if e not in self.envs]):
                 raise ValueError(
-                    f"{name}.envs has {outside}, which are not in envs; add them to envs or drop them"
+                    f"{name} has {outside}, which are not in envs; add them to envs or drop them"
                 )
         too_many = [e for e in self.envs if self.trajectories.tasks[e] > self.instructions.train[e]]
         if too_many:

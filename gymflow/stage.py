@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gymflow.config import Params
 from gymflow.errors import UserError
 from gymflow.store.io import write_text
 
@@ -19,6 +20,20 @@ def write_metrics(name: str, metrics: dict[str, Any]) -> Path:
     path = METRICS_DIR / f"{name}.json"
     write_text(path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def iteration_arg(params: Params, stage: str) -> str:
+    """The AgentEvol iteration named on a stage's command line, checked against `evol.iterations`."""
+    if params.evol is None or params.evaluate is None or params.sft is None:
+        raise UserError(
+            "params.yaml needs `sft:`, `evaluate:` and `evol:` sections for AgentEvol (see the README)"
+        )
+    names = list(params.evol.iterations)
+    if len(sys.argv) != 2 or sys.argv[1] not in names:
+        raise UserError(
+            f"usage: python -m stages.{stage} ITERATION, with ITERATION one of evol.iterations {names}"
+        )
+    return sys.argv[1]
 
 
 def run_stage(main: Callable[[], None]) -> None:

@@ -1,10 +1,12 @@
-"""Stage `evaluate` (AgentEval): every policy in `evaluate.policies` plays the eval split of `evaluate.envs`.
+"""Stage `evaluate@<policy>` (AgentEval): one policy under data/models plays the eval split of `evaluate.envs`.
 
-    dvc repro evaluate            # or: python -m stages.evaluate
+    dvc repro evaluate            # every policy: init, sft (and evol_evaluate@<iteration> for AgentEvol)
+    python -m stages.evaluate sft
 Writes data/rollouts/evaluate/<policy>/<env>.{episodes,turns}.parquet (every episode, token ids included)
-and data/metrics/evaluate.json (per policy, environment and difficulty: success, reward, turns, pass@k).
+and data/metrics/evaluate/<policy>.json (per environment and difficulty: success, reward, turns, pass@k).
 """
 
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -20,15 +22,20 @@ ROLLOUTS = Path("data/rollouts/evaluate")
 
 
 def main() -> None:
+    if len(sys.argv) != 2:
+        raise UserError("usage: python -m stages.evaluate POLICY (a model directory under data/models)")
+    policy = sys.argv[1]
     cfg = load_params().evaluate
     if cfg is None:
         raise UserError("params.yaml has no `evaluate:` section; add one (see the README) to run this stage")
+    model_dir = Path("data/models") / policy
+    if not model_dir.is_dir():
+        raise UserError(f"{model_dir} does not exist: run `dvc repro` for the stage that builds it")
     tasks = {env: load_tasks("data", env, "eval") for env in cfg.envs}
-    metrics = {p: evaluate_policy(p, Path("data/models") / p, tasks, cfg, ROLLOUTS) for p in cfg.policies}
-    write_metrics("evaluate", metrics)
+    metrics = evaluate_policy(policy, model_dir, tasks, cfg, ROLLOUTS)
+    write_metrics(f"evaluate/{policy}", metrics)
     table = Table("policy", *cfg.envs, title="AgentEval: greedy success on the held-out split")
-    for policy, per_env in metrics.items():
-        table.add_row(policy, *(f"{per_env[e]['all']['success']:.2f}" for e in cfg.envs))
+    table.add_row(policy, *(f"{metrics[e]['all']['success']:.2f}" for e in cfg.envs))
     Console().print(table)
 
 

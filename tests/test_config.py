@@ -36,8 +36,20 @@ def test_valid_params_load(tmp_path):
         ),
         (GOOD + "sft: {envs: {maze: 0}}\n", "sft.envs.maze: Input should be greater than 0"),
         (
-            GOOD + "evaluate: {envs: [maze], policies: [sft], servers: {stf: 'http://x/v1'}}\n",
-            "evaluate.servers names \\['stf'\\], which are not in evaluate.policies",
+            GOOD + "evol: {tasks: {maze: 5}, iterations: {a: {explorer: sft}, b: {explorer: c}}}\n",
+            "iteration b explores with 'c'; use sft or an earlier iteration \\['a'\\]",
+        ),
+        (
+            GOOD + "evol: {tasks: {maze: 5}, iterations: {a: {explorer: sft, temprature: 1}}}\n",
+            "evol.iterations.a: temprature: Extra inputs are not permitted",
+        ),
+        (
+            GOOD + "evol: {tasks: {maze: 5}, learn_from: first, iterations: {a: {explorer: sft}}}\n",
+            "evol.learn_from: Input should be 'init', 'sft' or 'last'",
+        ),
+        (
+            GOOD + "evol: {tasks: {wordle: 5}, iterations: {a: {explorer: sft}}}\n",
+            "evol.tasks has \\['wordle'\\], which are not in envs",
         ),
     ],
 )
@@ -50,3 +62,10 @@ def test_bad_params_are_one_line_errors(tmp_path, text, message):
 def test_missing_file(tmp_path):
     with pytest.raises(UserError, match="not found"):
         load_params(tmp_path / "nope.yaml")
+
+
+def test_an_iteration_overrides_the_shared_evol_settings_for_itself_only(tmp_path):
+    evol = "evol: {tasks: {maze: 5}, temperature: 0.7, iterations: {a: {explorer: sft}, b: {explorer: a, temperature: 1.0}}}\n"
+    params = load_params(write(tmp_path, GOOD + evol)).evol
+    assert params.at("a").temperature == 0.7 and params.at("b").temperature == 1.0
+    assert params.at("b").tasks == {"maze": 5} and (params.index("a"), params.index("b")) == (1, 2)

@@ -43,7 +43,7 @@ def test_summary_per_difficulty_and_pass_at_k():
 
 def test_rollout_speed_counts_episodes_steps_and_generated_tokens():
     from gymflow.envs.base import Task
-    from gymflow.eval.agenteval import rollout_speed
+    from gymflow.rollout.play import rollout_speed
     from gymflow.rollout.records import Episode, Message
 
     task = Task(env="maze", task_id="t", split="eval", difficulty="5x5", seed=0, instruction="", hidden={})

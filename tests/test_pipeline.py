@@ -42,8 +42,12 @@ def repo(tmp_path_factory):
     params["sft"] = {**params["sft"], "envs": sft_envs, "batch_size": 2, "bf16": False, "log_every": 1}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     params["evaluate"] = {**params["evaluate"], "envs": ["maze", "wordle"], "k": 1, "max_new_tokens": 8}
+    # AgentEvol: two iterations on every train task of two environments, 2 samples each
+    iterations = {"evol1": {"explorer": "sft"}, "evol2": {"explorer": "evol1"}}
+    evol = {"tasks": {"maze": None, "textcraft": 2}, "samples": 2, "epochs": 1.0, "iterations": iterations}
+    params["evol"] = {**params["evol"], **evol}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    run([sys.executable, "-m", "dvc", "repro", "evaluate"], repo)
+    run([sys.executable, "-m", "dvc", "repro"], repo)
     return repo
 
 
@@ -87,10 +91,14 @@ def test_sft_trains_the_initial_model_and_writes_its_curve(repo):
     assert trained.config.hidden_size == 16
 
 
+def evaluation(repo):
+    return {p.stem: json.loads(p.read_text()) for p in (repo / "data/metrics/evaluate").glob("*.json")}
+
+
 def test_evaluate_stores_every_episode_and_its_metrics_agree_with_sql(repo):
-    metrics = json.loads((repo / "data/metrics/evaluate.json").read_text())
-    assert set(metrics) == {"init", "sft"} and set(metrics["sft"]) == {"maze", "wordle"}
-    for policy in ("init", "sft"):
+    metrics = evaluation(repo)
+    assert set(metrics) == {"init", "sft", "evol1", "evol2"} and set(metrics["sft"]) == {"maze", "wordle"}
+    for policy in metrics:
         for env in ("maze", "wordle"):
             query = (
                 f"select count(*) filter (sample = 0), count(*) filter (sample = 1), "
@@ -119,7 +127,7 @@ def test_evaluate_stores_every_episode_and_its_metrics_agree_with_sql(repo):
     )
     assert unique == (True,)  # two policies on the same tasks: the id names the policy
     before = {p: p.stat().st_mtime_ns for p in (repo / "data/rollouts/evaluate").rglob("*.parquet")}
-    run([sys.executable, "-m", "stages.evaluate"], repo)  # same settings and weights: nothing replayed
+    run([sys.executable, "-m", "stages.evaluate", "sft"], repo)  # same settings and weights: nothing replayed
     assert before == {p: p.stat().st_mtime_ns for p in (repo / "data/rollouts/evaluate").rglob("*.parquet")}
 
 
@@ -153,15 +161,102 @@ def test_prefect_flow_runs_the_stages_with_heavy_ones_tagged_and_posts_the_table
 
     async def task_runs():
         async with get_client() as client:
-            return await client.read_task_runs(limit=50, sort=TaskRunSort.EXPECTED_START_TIME_ASC)
+            return await client.read_task_runs(limit=100, sort=TaskRunSort.EXPECTED_START_TIME_ASC)
+
+    async def flow_runs():
+        async with get_client() as client:
+            return await client.read_flow_runs(limit=50)
 
     with prefect_test_harness():
         rows = pipeline(repo=str(repo))
         runs = asyncio.run(task_runs())
-    metrics = json.loads((repo / "data/metrics/evaluate.json").read_text())
+        flows = asyncio.run(flow_runs())
     assert {(r["policy"], r["env"], r["success"]) for r in rows} == {
-        (p, e, m["all"]["success"]) for p, envs in metrics.items() for e, m in envs.items()
+        (p, e, m["all"]["success"]) for p, envs in evaluation(repo).items() for e, m in envs.items()
     }
-    tags = {r.name.split("-", 1)[1].rsplit("-", 1)[0]: set(r.tags) for r in runs}
-    assert set(tags) == set(STAGES)
-    assert all(("gpu" in tags[s]) == (s in HEAVY) for s in STAGES)
+    tags = {
+        r.name.split("-", 1)[1].rsplit("-", 1)[0]: set(r.tags) for r in runs if r.name.startswith("repro-")
+    }
+    steps = {
+        f"{step}@{name}" for step in ("explore", "learn", "evaluate_evol") for name in ("evol1", "evol2")
+    }
+    assert set(tags) == set(STAGES) | steps | {"plot_evol"}
+    assert all(("gpu" in tags[s]) == (s in HEAVY or s in steps) for s in tags)
+    iterations = [r.name for r in flows if r.name.startswith("iteration ")]
+    assert sorted(iterations) == ["iteration evol1", "iteration evol2"]
+
+
+def test_agentevol_explores_with_each_iterations_agent_and_learns_from_what_the_filter_keeps(repo):
+    import csv
+
+    import pyarrow.parquet as pq
+
+    db = connect(repo / "data")
+    explored = db.execute(
+        "select iteration, policy, env, count(*), count(distinct task_id) from episodes "
+        "where stage = 'explore' group by all order by all"
+    ).fetchall()
+    # maze: all 3 train tasks, textcraft: 2 drawn of 3, 2 samples each; iteration 2 explores with evol1
+    assert explored == [
+        (1, "sft", "maze", 6, 3),
+        (1, "sft", "textcraft", 4, 2),
+        (2, "evol1", "maze", 6, 3),
+        (2, "evol1", "textcraft", 4, 2),
+    ]
+    sft_envs = yaml.safe_load((repo / "params.yaml").read_text())["sft"]["envs"]
+    for index, name in enumerate(["evol1", "evol2"], start=1):
+        successes = db.execute(
+            f"select count(*) from episodes where stage = 'explore' and iteration = {index} and success = 1"
+        ).fetchone()[0]
+        kept = pq.read_table(repo / f"data/evol/{name}.kept.parquet")
+        assert kept.num_rows == successes
+        learned = json.loads((repo / f"data/metrics/learn/{name}.json").read_text())
+        # epochs 1, one pass per environment here: the SFT data (2 per env) plus the kept episodes
+        assert learned["episodes"] == 2 * len(sft_envs) + successes and learned["start"] == "sft"
+    plot = list(csv.DictReader((repo / "data/plots/evol.csv").open()))
+    metrics = evaluation(repo)
+    assert [(r["iteration"], r["policy"]) for r in plot] == [("0", "sft"), ("1", "evol1"), ("2", "evol2")]
+    assert all(float(r["maze"]) == metrics[r["policy"]]["maze"]["all"]["success"] for r in plot)
+
+
+def test_a_change_to_one_iterations_settings_leaves_the_earlier_ones_alone(repo):
+    original = (repo / "params.yaml").read_text()
+    params = yaml.safe_load(original)
+    params["evol"]["iterations"]["evol2"]["temperature"] = 1.3
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    try:
+        out = run([sys.executable, "-m", "dvc", "status"], repo)
+    finally:
+        (repo / "params.yaml").write_text(original)
+    changed = {
+        line.rstrip(":") for line in out.splitlines() if line.endswith(":") and not line.startswith("\t")
+    }
+    assert changed == {"explore@evol2", "learn@evol2", "plot_evol"}  # the plot reads the iterations' names
+
+
+def test_learn_from_init_starts_from_the_initial_weights_and_last_from_the_explorer(repo):
+    from transformers import AutoModelForCausalLM
+
+    def weights(name):
+        return AutoModelForCausalLM.from_pretrained(repo / "data/models" / name).state_dict()
+
+    def close(a, b):
+        return all(torch.allclose(a[k], b[k], atol=1e-20) for k in a)
+
+    import torch
+
+    original = (repo / "params.yaml").read_text()
+    params = yaml.safe_load(original)
+    try:
+        for start, expected in [("init", "init"), ("last", "evol1")]:
+            params["evol"] |= {
+                "learn_from": start,
+                "lr": 1e-30,
+            }  # a step this small leaves the start unchanged
+            (repo / "params.yaml").write_text(yaml.safe_dump(params))
+            run([sys.executable, "-m", "stages.learn", "evol2"], repo)
+            learned = weights("evol2")
+            assert close(learned, weights(expected))
+            assert not close(learned, weights("sft"))
+    finally:
+        (repo / "params.yaml").write_text(original)

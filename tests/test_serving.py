@@ -113,7 +113,7 @@ def test_rollout_through_the_server_equals_the_in_process_engine(client, model, 
         assert (a.turns, a.end_reason, a.tokens) == (b.turns, b.end_reason, b.tokens)
         stored = lambda ep: [x for m in ep.messages for x in m.logprobs or []]  # noqa: E731
         assert stored(a) == pytest.approx(stored(b), abs=1e-4)
-        ids, _ = episode_tokens(a, fmt)
+        ids, _ = episode_tokens(a.messages, fmt)
         assert a.tokens == len(ids) and sum(m.role == "assistant" for m in a.messages) == a.turns == 3
 
 
@@ -185,7 +185,7 @@ def test_evaluate_through_a_server_stores_what_the_in_process_policy_plays(saved
     from gymflow.eval.agenteval import evaluate_policy
     from gymflow.store.db import connect
 
-    cfg = EvalParams(envs=["maze"], policies=["p"], k=0, max_new_tokens=12, temperature=1.0)
+    cfg = EvalParams(envs=["maze"], k=0, max_new_tokens=12, temperature=1.0)
     tasks = {"maze": TASKS[:3]}
     local = evaluate_policy("p", saved, tasks, cfg, tmp_path / "local")
     served_cfg = cfg.model_copy(update={"servers": {"p": url}})

@@ -73,7 +73,7 @@ def test_trained_tokens_are_the_assistant_replies_exactly(tmp_path, data_dir, in
         episode = run_expert(env, next(t for t in TASKS if t.instruction in conv["messages"][1]["content"]))
         for m in episode.messages:
             m.token_ids = fmt.encode(m.text + tok.eos_token) if m.role == "assistant" else []
-        ids, mask = episode_tokens(episode, fmt)
+        ids, mask = episode_tokens(episode.messages, fmt)
         # TRL's sequence ends with the template's text after the last reply, outside the mask
         trained = [int(label != -100) for label in row["labels"]]
         assert row["input_ids"][: len(ids)] == ids and trained[: len(mask)] == mask

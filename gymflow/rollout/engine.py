@@ -178,12 +178,12 @@ def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConf
     return None
 
 
-def episode_tokens(episode: Episode, fmt: ChatFormat) -> tuple[list[int], list[int]]:
-    """The episode's full id sequence and its loss mask (1 on sampled reply ids), as the engine fed it.
+def episode_tokens(messages: Sequence[Message], fmt: ChatFormat) -> tuple[list[int], list[int]]:
+    """An episode's full id sequence and its loss mask (1 on sampled reply ids), as the engine fed it.
 
     The last observation, which no reply follows, is not part of it.
     """
-    system, first, *rest = episode.messages
+    system, first, *rest = messages
     ids = fmt.prompt(system.text, first.text)
     mask = [0] * len(ids)
     for i in range(0, len(rest), 2):

@@ -87,9 +87,10 @@ class CurveWriter(TrainerCallback):
                 writer.writerows(self.rows)
 
 
-def sft_args(cfg: SFTParams, output_dir: Path) -> SFTConfig:
+def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTConfig:
     """TRL's configuration for `cfg`: one pass over the mixture (`mixture`), assistant-only loss,
-    length-grouped batches, ten checkpoints."""
+    length-grouped batches, ten checkpoints. Tokenized rows bring their own loss mask (`assistant_masks`,
+    which TRL turns into labels), so the chat template's markers are not needed for them."""
     return SFTConfig(
         output_dir=str(output_dir),
         num_train_epochs=1,
@@ -99,7 +100,7 @@ def sft_args(cfg: SFTParams, output_dir: Path) -> SFTConfig:
         warmup_steps=cfg.warmup,
         weight_decay=0.0,
         max_length=cfg.max_length,
-        assistant_only_loss=True,
+        assistant_only_loss=not tokenized,
         padding_free=False,  # needs FlashAttention; on CPU, batches of similar length waste little instead
         train_sampling_strategy="group_by_length",
         bf16=cfg.bf16,
@@ -117,13 +118,14 @@ def sft_args(cfg: SFTParams, output_dir: Path) -> SFTConfig:
 def train_sft(
     init_model: str, out_dir: Path, data: list[dict[str, Any]], cfg: SFTParams, curve_path: Path
 ) -> dict[str, float]:
-    """Fine-tune `init_model` on `data` and save the result (merged, if LoRA) to `out_dir`."""
+    """Fine-tune `init_model` on `data` (conversations as `messages`, or tokenized rows of `input_ids` and
+    `assistant_masks`) and save the result (merged, if LoRA) to `out_dir`."""
     tokenizer = AutoTokenizer.from_pretrained(init_model)
     model = AutoModelForCausalLM.from_pretrained(init_model)
     # Checkpoints of this exact run only: other parameters or data start afresh instead of resuming.
     run_key = config_hash([cfg.model_dump(), init_model, len(data)])
     checkpoints = out_dir.with_name(out_dir.name + ".checkpoints") / run_key
-    args = sft_args(cfg, checkpoints)
+    args = sft_args(cfg, checkpoints, tokenized="input_ids" in data[0])
     peft_config = None
     if cfg.lora_rank:
         from peft import LoraConfig

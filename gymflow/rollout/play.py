@@ -1,0 +1,94 @@
+"""Play tasks with a stored policy and keep every episode in the rollout tables.
+
+Shared by evaluation and AgentEvol's exploration. An environment's tables carry a hash of what was played
+(settings, the weights, the jobs), so a rerun with the same ones plays nothing again: an interrupted stage
+resumes from the environments it had not finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.envs.base import Task
+from gymflow.models.build import resolve
+from gymflow.models.openai_client import CompletionClient
+from gymflow.rollout.agenttraj import is_current, write_episodes
+from gymflow.rollout.engine import SamplingConfig, rollout
+from gymflow.rollout.records import Episode, RunInfo, config_hash
+from gymflow.store.io import table_path
+
+SPEED_KEY = "gymflow.rollout_speed"
+
+
+@dataclass
+class Policy:
+    name: str
+    sampler: PreTrainedModel | CompletionClient  # the local model, or a client of the server that samples
+    fmt: ChatFormat
+    weights_hash: str  # names exactly the weights that played
+
+
+def load_policy(name: str, model_dir: str | Path, server: str | None = None) -> Policy:
+    """The model in `model_dir`; with a server, it samples and the local copy only names the weights and gives
+    the chat format."""
+    source = resolve(model_dir)
+    device = "cuda" if torch.cuda.is_available() and not server else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(source).to(device).eval()
+    fmt = ChatFormat(AutoTokenizer.from_pretrained(source))
+    return Policy(name, CompletionClient(server) if server else model, fmt, weights_hash(model))
+
+
+def play(
+    policy: Policy,
+    runs: Sequence[tuple[Sequence[tuple[Task, int]], SamplingConfig]],
+    seed: int,
+    folder: Path,
+    prefix: str,
+    info: RunInfo,
+    settings: Any,
+) -> Path:
+    """Play each (jobs, sampling) of `runs` in order from one seeded generator and write the episodes to
+    `folder/<prefix>.*.parquet`, unless they are there already from the same `settings`, weights and jobs.
+    Returns the episodes table."""
+    jobs = [[(t.task_id, i) for t, i in run] for run, _ in runs]
+    digest = config_hash([settings, policy.weights_hash, jobs])
+    if not is_current(folder, prefix, digest):
+        generator = torch.Generator().manual_seed(seed)
+        start = time.perf_counter()
+        episodes = [
+            ep
+            for run, sampling in runs
+            for ep in rollout(policy.sampler, policy.fmt, run, sampling, generator=generator)
+        ]
+        speed = rollout_speed(episodes, time.perf_counter() - start)
+        meta = {"gymflow.config_hash": digest, SPEED_KEY: json.dumps(speed)}
+        write_episodes(folder, prefix, episodes, info, meta)
+    return table_path(folder, prefix, "episodes")
+
+
+def rollout_speed(episodes: list[Episode], seconds: float) -> dict[str, float]:
+    """Episodes, environment steps and generated tokens per second of wall time."""
+    generated = sum(len(m.token_ids or []) for ep in episodes for m in ep.messages if m.role == "assistant")
+    return {
+        "episodes_per_s": round(len(episodes) / seconds, 2),
+        "steps_per_s": round(sum(ep.turns for ep in episodes) / seconds, 1),
+        "tokens_per_s": round(generated / seconds),
+    }
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """A content hash of the weights, so that rollouts name exactly the policy that made them."""
+    h = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        h.update(tensor.detach().to("cpu", torch.float32).numpy().tobytes())
+    return h.hexdigest()[:12]

@@ -1,0 +1,36 @@
+"""Stage `explore@<iteration>` (AgentEvol): the iteration's explorer plays a draw of train tasks, K samples each.
+
+    dvc repro explore@evol1       # or: python -m stages.explore evol1
+Writes data/rollouts/explore/<iteration>/<env>.{episodes,turns}.parquet (stage "explore", the iteration's
+number) and data/metrics/explore/<iteration>.json (episodes, success and tasks solved per environment).
+"""
+
+from pathlib import Path
+
+from gymflow.config import load_params
+from gymflow.envs.instructions import load_tasks
+from gymflow.stage import iteration_arg, run_stage, write_metrics
+from gymflow.train.evol import explore
+
+
+def main() -> None:
+    params = load_params()
+    name = iteration_arg(params, "explore")
+    settings, explorer = params.evol.at(name), params.evol.iterations[name].explorer
+    tasks = {env: load_tasks("data", env, "train") for env in settings.tasks}
+    out = Path("data/rollouts/explore") / name
+    metrics = explore(
+        explorer,
+        Path("data/models") / explorer,
+        tasks,
+        settings,
+        params.evaluate,
+        params.evol.index(name),
+        out,
+    )
+    write_metrics(f"explore/{name}", metrics)
+    print(f"{name}: {explorer} explored", ", ".join(f"{e} {m['success']:.2f}" for e, m in metrics.items()))
+
+
+if __name__ == "__main__":
+    run_stage(main)

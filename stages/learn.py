@@ -1,0 +1,51 @@
+"""Stage `learn@<iteration>` (AgentEvol): keep the explored episodes that reached `evol.threshold` (the SQL in
+`gymflow.train.evol.KEPT_SQL`), merge them with the SFT data, and train the next agent.
+
+    dvc repro learn@evol1         # or: python -m stages.learn evol1
+Writes data/evol/<iteration>.kept.parquet (the filtered data set: kept episodes with the ids they are trained
+on), data/models/<iteration>, data/plots/learn/<iteration>.csv and data/metrics/learn/<iteration>.json.
+"""
+
+from collections import defaultdict
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.config import load_params
+from gymflow.models.build import resolve
+from gymflow.stage import iteration_arg, run_stage, write_metrics
+from gymflow.train.evol import kept_episodes, learning_set, sft_rows, write_kept
+from gymflow.train.sft import train_sft
+
+
+def main() -> None:
+    params = load_params()
+    name = iteration_arg(params, "learn")
+    settings, explorer = params.evol.at(name), params.evol.iterations[name].explorer
+    tokenizer = AutoTokenizer.from_pretrained(resolve("data/models/init"))
+    rollouts = Path("data/rollouts/explore") / name
+    kept = kept_episodes(rollouts, params.evol.index(name), settings.threshold, ChatFormat(tokenizer))
+    write_kept(Path("data/evol") / f"{name}.kept.parquet", kept)
+    by_env = defaultdict(list)
+    for row in kept:
+        by_env[row["env"]].append({k: row[k] for k in ("input_ids", "assistant_masks")})
+    sft_envs = list(params.sft.envs)
+    sft = sft_rows(Path("data/rollouts/trajectories"), sft_envs, tokenizer) if settings.merge_sft else {}
+    data = learning_set(by_env, sft, params.sft.envs, settings.epochs, settings.seed)
+    start = {"init": "init", "sft": "sft", "last": explorer}[settings.learn_from]
+    cfg = params.sft.model_copy(update={"seed": settings.seed, "lr": settings.lr or params.sft.lr})
+    metrics = train_sft(
+        resolve(Path("data/models") / start),
+        Path("data/models") / name,
+        data,
+        cfg,
+        Path("data/plots/learn") / f"{name}.csv",
+    )
+    metrics |= {"start": start, "kept": {env: len(rows) for env, rows in sorted(by_env.items())}}
+    write_metrics(f"learn/{name}", metrics)
+    print(f"{name}: kept {metrics['kept']}, trained from {start} on {metrics['episodes']} episodes")
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,41 @@
+"""Stage `plot_evol`: held-out greedy success per environment against AgentEvol iteration (0 is the SFT agent).
+
+    dvc repro plot_evol && dvc plots show
+Reads data/metrics/evaluate/<policy>.json for sft and every iteration of `evol.iterations`; writes
+data/plots/evol.csv (iteration, policy, one column per environment).
+"""
+
+import csv
+import json
+from pathlib import Path
+
+from gymflow.config import load_params
+from gymflow.errors import UserError
+from gymflow.stage import run_stage
+from gymflow.store.io import atomic_path
+
+METRICS = Path("data/metrics/evaluate")
+
+
+def main() -> None:
+    params = load_params()
+    if params.evol is None or params.evaluate is None:
+        raise UserError("params.yaml needs `evaluate:` and `evol:` sections to plot AgentEvol")
+    envs = params.evaluate.envs
+    rows = []
+    for x, policy in enumerate(["sft", *params.evol.iterations]):
+        path = METRICS / f"{policy}.json"
+        if not path.exists():
+            raise UserError(f"{path} is missing: run `dvc repro` to evaluate {policy} first")
+        metrics = json.loads(path.read_text())
+        rows.append({"iteration": x, "policy": policy} | {e: metrics[e]["all"]["success"] for e in envs})
+    with atomic_path("data/plots/evol.csv") as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["iteration", "policy", *envs])
+        writer.writeheader()
+        writer.writerows(rows)
+    for row in rows:
+        print(row)
+
+
+if __name__ == "__main__":
+    run_stage(main)
