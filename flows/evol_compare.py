@@ -1,0 +1,115 @@
+"""AgentEvol against rejection fine-tuning and expert iteration, over seeds: DVC experiments behind one command.
+
+    python -m flows.evol_compare            # every variant x seed below as `dvc exp run --temp`, then the table
+    python -m flows.evol_compare --table    # only the table of the experiments already run
+
+Every experiment starts from the same SFT agent (DVC restores the unchanged stages from its cache) and plays
+the same number of exploration episodes: 4 iterations of `evol.tasks` with 1 sample, or (RFT) one iteration
+with 4 samples. They learn the same total passes (`evol.epochs` per iteration, times 4 for RFT's one round).
+The table (held-out greedy success per environment, last iteration, mean over seeds) is printed, written to
+data/compare/evol.md and posted as a Prefect artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+
+from gymflow.config import load_params
+from gymflow.store.io import write_text
+
+SEEDS = (0, 1)
+
+
+def variants(epochs: float) -> dict[str, list[str]]:
+    """`dvc exp run -S` overrides per variant, over the params.yaml default (AgentEvol, M = 4)."""
+    rft = ["~evol.iterations.evol2", "~evol.iterations.evol3", "~evol.iterations.evol4"]
+    rft += ["+evol.iterations.evol1.samples=4", f"evol.epochs={4 * epochs}", "evol.merge_sft=false"]
+    return {
+        "agentevol": [],
+        "rft": rft + ["evol.learn_from=sft"],  # LOOP C.2: one round from the base agent, successes only
+        "ei": ["evol.learn_from=last", "evol.merge_sft=false"],  # LOOP C.3: continue from the last agent
+    }
+
+
+@task(tags=["gpu"], retries=1)
+def experiment(name: str, overrides: list[str], repo: str) -> str:
+    cmd = [sys.executable, "-m", "dvc", "exp", "run", "--temp", "-n", name]
+    for override in overrides:
+        cmd += ["-S", override]
+    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
+    get_run_logger().info(out.stdout[-3000:])
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return name
+
+
+def finished(repo: str) -> dict[str, dict[str, dict]]:
+    """Experiment name -> policy -> the evaluation metrics it stored, from `dvc exp show --json`. The workspace
+    (params.yaml as it is: AgentEvol, seed 0) is `evol-agentevol-s0`."""
+    out = subprocess.run(
+        [sys.executable, "-m", "dvc", "exp", "show", "--json"], cwd=repo, capture_output=True, text=True
+    )
+    found = {}
+    for baseline in json.loads(out.stdout or "[]"):
+        revs = [rev for exp in baseline.get("experiments") or [] for rev in exp["revs"]]
+        if baseline["rev"] == "workspace":
+            revs.append(baseline | {"name": "evol-agentevol-s0"})
+        for rev in revs:
+            metrics = (rev.get("data") or {}).get("metrics") or {}
+            found[rev["name"]] = {
+                Path(path).stem: m["data"]
+                for path, m in metrics.items()
+                if path.startswith("data/metrics/evaluate/") and "data" in m
+            }
+    return found
+
+
+def table(repo: str, envs: list[str]) -> str:
+    """Markdown: per variant, success per environment of each iteration's agent, mean (and range) over seeds."""
+    runs = finished(repo)
+    lines = ["| variant | agent | seeds | " + " | ".join(envs) + " |", "|---" * (len(envs) + 3) + "|"]
+    for variant in variants(0):
+        by_seed = [runs[f"evol-{variant}-s{s}"] for s in SEEDS if f"evol-{variant}-s{s}" in runs]
+        if not by_seed:
+            continue
+        policies = [p for p in by_seed[0] if all(p in run for run in by_seed)]
+        for policy in sorted(policies, key=lambda p: (p != "init", p != "sft", p)):
+            cells = []
+            for env in envs:
+                values = [run[policy][env]["all"]["success"] for run in by_seed]
+                spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
+                cells.append(f"{statistics.mean(values):.2f}{spread}")
+            lines.append(f"| {variant} | {policy} | {len(by_seed)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@flow(name="gymflow-evol-compare", log_prints=True)
+def compare(repo: str = ".", run: bool = True) -> str:
+    params = load_params(Path(repo) / "params.yaml")
+    if run:
+        done = finished(repo)  # a rerun resumes: experiments already there are not run again
+        for seed in SEEDS:  # every variant of one seed before the next seed
+            for variant, overrides in variants(params.evol.epochs).items():
+                name = f"evol-{variant}-s{seed}"
+                if name not in done:
+                    experiment.with_options(name=name)(name, [*overrides, f"evol.seed={seed}"], repo)
+    markdown = table(repo, params.evaluate.envs)
+    write_text(Path(repo) / "data/compare/evol.md", markdown + "\n")
+    create_markdown_artifact(key="agentevol-compare", markdown=markdown, description="AgentEvol vs RFT vs EI")
+    print(markdown)
+    return markdown
+
+
+if __name__ == "__main__":
+    compare(repo=str(Path.cwd()), run="--table" not in sys.argv)

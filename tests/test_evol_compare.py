@@ -1,0 +1,28 @@
+"""The comparison table of AgentEvol's variants: means and ranges over seeds, from DVC experiments' metrics."""
+
+import flows.evol_compare as compare
+
+
+def metrics(**success):
+    return {env: {"all": {"success": s}} for env, s in success.items()}
+
+
+def test_the_table_averages_each_variant_over_seeds_and_shows_the_range(monkeypatch):
+    runs = {
+        "evol-agentevol-s0": {"sft": metrics(maze=0.4), "evol1": metrics(maze=0.5)},
+        "evol-agentevol-s1": {"sft": metrics(maze=0.4), "evol1": metrics(maze=0.3)},
+        "evol-rft-s0": {"sft": metrics(maze=0.4), "evol1": metrics(maze=0.45)},
+    }
+    monkeypatch.setattr(compare, "finished", lambda repo: runs)
+    lines = compare.table(".", ["maze"]).splitlines()
+    assert lines[0] == "| variant | agent | seeds | maze |"
+    assert "| agentevol | sft | 2 | 0.40 (0.40-0.40) |" in lines
+    assert "| agentevol | evol1 | 2 | 0.40 (0.30-0.50) |" in lines
+    assert "| rft | evol1 | 1 | 0.45 |" in lines and not any(line.startswith("| ei ") for line in lines)
+
+
+def test_rft_is_one_round_of_four_samples_with_the_same_total_passes():
+    rft = compare.variants(0.15)["rft"]
+    assert "+evol.iterations.evol1.samples=4" in rft and "evol.epochs=0.6" in rft
+    assert {"~evol.iterations.evol2", "evol.merge_sft=false", "evol.learn_from=sft"} <= set(rft)
+    assert compare.variants(0.15)["ei"] == ["evol.learn_from=last", "evol.merge_sft=false"]
