@@ -5,7 +5,8 @@
 
 Every experiment starts from the same SFT agent (DVC restores the unchanged stages from its cache) and plays
 the same number of exploration episodes: 4 iterations of `evol.tasks` with 1 sample, or (RFT) one iteration
-with 4 samples. They learn the same total passes (`evol.epochs` per iteration, times 4 for RFT's one round).
+with 4 samples. The control is AgentEvol with nothing kept. They learn the same total passes (`evol.epochs`
+per iteration, times 4 for RFT's one round).
 The table (held-out greedy success per environment, last iteration, mean over seeds) is printed, written to
 data/compare/evol.md and posted as a Prefect artifact.
 """
@@ -39,6 +40,9 @@ def variants(epochs: float) -> dict[str, list[str]]:
         "agentevol": [],
         "rft": rft + ["evol.learn_from=sft"],  # LOOP C.2: one round from the base agent, successes only
         "ei": ["evol.learn_from=last", "evol.merge_sft=false"],  # LOOP C.3: continue from the last agent
+        # AgentEvol with nothing kept (no reward reaches 2): the same training on the SFT data alone, which
+        # separates what exploration adds from what the extra passes add
+        "control": ["evol.threshold=2"],
     }
 
 
@@ -99,11 +103,12 @@ def compare(repo: str = ".", run: bool = True) -> str:
     params = load_params(Path(repo) / "params.yaml")
     if run:
         done = finished(repo)  # a rerun resumes: experiments already there are not run again
-        for seed in SEEDS:  # every variant of one seed before the next seed
-            for variant, overrides in variants(params.evol.epochs).items():
-                name = f"evol-{variant}-s{seed}"
-                if name not in done:
-                    experiment.with_options(name=name)(name, [*overrides, f"evol.seed={seed}"], repo)
+        overrides = variants(params.evol.epochs)
+        plan = [(v, s) for s in SEEDS for v in overrides if v != "control"] + [("control", s) for s in SEEDS]
+        for variant, seed in plan:  # the variants of one seed before the next seed; the control last
+            name = f"evol-{variant}-s{seed}"
+            if name not in done:
+                experiment.with_options(name=name)(name, [*overrides[variant], f"evol.seed={seed}"], repo)
     markdown = table(repo, params.evaluate.envs)
     write_text(Path(repo) / "data/compare/evol.md", markdown + "\n")
     create_markdown_artifact(key="agentevol-compare", markdown=markdown, description="AgentEvol vs RFT vs EI")

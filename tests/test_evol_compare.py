@@ -26,3 +26,8 @@ def test_rft_is_one_round_of_four_samples_with_the_same_total_passes():
     assert "+evol.iterations.evol1.samples=4" in rft and "evol.epochs=0.6" in rft
     assert {"~evol.iterations.evol2", "evol.merge_sft=false", "evol.learn_from=sft"} <= set(rft)
     assert compare.variants(0.15)["ei"] == ["evol.learn_from=last", "evol.merge_sft=false"]
+
+
+def test_the_control_keeps_nothing_so_it_learns_the_sft_data_alone():
+    control = compare.variants(0.15)["control"]
+    assert control == ["evol.threshold=2"]  # above any reward: every success is 1 or less
