@@ -59,16 +59,25 @@ def experiment(name: str, overrides: list[str], repo: str) -> str:
 
 
 def finished(repo: str) -> dict[str, dict[str, dict]]:
-    """Experiment name -> policy -> the evaluation metrics it stored, from `dvc exp show --json`. The workspace
-    (params.yaml as it is: AgentEvol, seed 0) is `evol-agentevol-s0`."""
-    out = subprocess.run(
-        [sys.executable, "-m", "dvc", "exp", "show", "--json"], cwd=repo, capture_output=True, text=True
-    )
+    """The completed experiments of every commit, from `dvc exp show --json -A` (see `completed`)."""
+
+    def output(*cmd: str) -> str:
+        return subprocess.run(cmd, cwd=repo, capture_output=True, text=True).stdout
+
+    shown = json.loads(output(sys.executable, "-m", "dvc", "exp", "show", "--json", "-A") or "[]")
+    return completed(shown, head=output("git", "rev-parse", "HEAD").strip())
+
+
+def completed(shown: list[dict], head: str) -> dict[str, dict[str, dict]]:
+    """Experiment name -> policy -> the evaluation metrics it stored, skipping queued, running and failed
+    experiments; a later commit's run of a name wins. The commit `head` itself (params.yaml as committed:
+    AgentEvol, seed 0) is `evol-agentevol-s0`."""
     found = {}
-    for baseline in json.loads(out.stdout or "[]"):
-        revs = [rev for exp in baseline.get("experiments") or [] for rev in exp["revs"]]
-        if baseline["rev"] == "workspace":
-            revs.append(baseline | {"name": "evol-agentevol-s0"})
+    for baseline in reversed(shown):  # dvc lists the newest commit first
+        revs = [baseline | {"name": "evol-agentevol-s0"}] if baseline["rev"] == head else []
+        for exp in baseline.get("experiments") or []:
+            if (exp.get("executor") or {}).get("state", "success") == "success":
+                revs += exp["revs"]
         for rev in revs:
             metrics = (rev.get("data") or {}).get("metrics") or {}
             found[rev["name"]] = {

@@ -31,3 +31,29 @@ def test_rft_is_one_round_of_four_samples_with_the_same_total_passes():
 def test_the_control_keeps_nothing_so_it_learns_the_sft_data_alone():
     control = compare.variants(0.15)["control"]
     assert control == ["evol.threshold=2"]  # above any reward: every success is 1 or less
+
+
+def shown_rev(name, maze):
+    path = "data/metrics/evaluate/evol1.json"
+    return {"rev": name, "name": name, "data": {"metrics": {path: {"data": metrics(maze=maze)}}}}
+
+
+def test_completed_experiments_skip_running_ones_and_the_checked_out_commit_is_agentevol_seed_0():
+    shown = [  # `dvc exp show --json -A`: the workspace, then commits newest first, each with its experiments
+        {"rev": "workspace", "experiments": None},
+        {
+            **shown_rev("new", 0.3),
+            "experiments": [
+                {"executor": {"state": "running"}, "revs": [shown_rev("evol-ei-s1", 0.9)]},
+                {"executor": None, "revs": [shown_rev("evol-rft-s0", 0.4)]},
+            ],
+        },
+        {
+            **shown_rev("old", 0.1),
+            "experiments": [{"executor": None, "revs": [shown_rev("evol-rft-s0", 0.2)]}],
+        },
+    ]
+    runs = compare.completed(shown, head="new")
+    assert sorted(runs) == ["evol-agentevol-s0", "evol-rft-s0"]
+    assert runs["evol-agentevol-s0"]["evol1"]["maze"]["all"]["success"] == 0.3
+    assert runs["evol-rft-s0"]["evol1"]["maze"]["all"]["success"] == 0.4  # the newer commit's run
