@@ -5,10 +5,9 @@
 
 Every experiment starts from the same SFT agent (DVC restores the unchanged stages from its cache) and plays
 the same number of exploration episodes: 4 iterations of `evol.tasks` with 1 sample, or (RFT) one iteration
-with 4 samples. The control is AgentEvol with nothing kept. They learn the same total passes (`evol.epochs`
-per iteration, times 4 for RFT's one round).
-The table (held-out greedy success per environment, last iteration, mean over seeds) is printed, written to
-data/compare/evol.md and posted as a Prefect artifact.
+with 4 samples. The control is AgentEvol with nothing kept. Each learns `evol.epochs` per iteration (times 4
+for RFT's one round). The table (held-out greedy success per environment of every iteration's agent, mean and
+range over seeds) is printed, written to data/compare/evol.md and posted as a Prefect artifact.
 """
 
 from __future__ import annotations
@@ -23,9 +22,10 @@ from pathlib import Path
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.pipeline import dvc
 from gymflow.config import load_params
 from gymflow.store.io import write_text
 
@@ -48,13 +48,7 @@ def variants(epochs: float) -> dict[str, list[str]]:
 
 @task(tags=["gpu"], retries=1)
 def experiment(name: str, overrides: list[str], repo: str) -> str:
-    cmd = [sys.executable, "-m", "dvc", "exp", "run", "--temp", "-n", name]
-    for override in overrides:
-        cmd += ["-S", override]
-    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True)
-    get_run_logger().info(out.stdout[-3000:])
-    if out.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    dvc(["exp", "run", "--temp", "-n", name, *[arg for o in overrides for arg in ("-S", o)]], repo)
     return name
 
 

@@ -28,15 +28,19 @@ STAGES = ["instructions", "trajectories", "init_model", "sft", "evaluate"]
 HEAVY = {"sft", "evaluate"}  # model training and generation: a GPU each, when there is one
 
 
+def dvc(args: list[str], repo: str) -> str:
+    """Run `dvc <args>` in the repository, log its output, and raise with its errors if it failed."""
+    out = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, capture_output=True, text=True)
+    get_run_logger().info(out.stdout[-4000:])
+    if out.returncode:
+        raise RuntimeError(f"dvc {' '.join(args)} failed:\n{out.stderr[-4000:]}")
+    return out.stdout
+
+
 @task(retries=2, retry_delay_seconds=10)
 def repro(stage: str, repo: str) -> str:
     """One DVC stage (or a foreach group of them), alone (`-s`): its dependencies were run by the tasks before it."""
-    out = subprocess.run(
-        [sys.executable, "-m", "dvc", "repro", "-s", stage], cwd=repo, capture_output=True, text=True
-    )
-    get_run_logger().info(out.stdout[-4000:])
-    if out.returncode:
-        raise RuntimeError(f"dvc repro -s {stage} failed:\n{out.stderr[-4000:]}")
+    dvc(["repro", "-s", stage], repo)
     return stage
 
 

@@ -21,16 +21,13 @@ def test_the_table_averages_each_variant_over_seeds_and_shows_the_range(monkeypa
     assert "| rft | evol1 | 1 | 0.45 |" in lines and not any(line.startswith("| ei ") for line in lines)
 
 
-def test_rft_is_one_round_of_four_samples_with_the_same_total_passes():
-    rft = compare.variants(0.15)["rft"]
+def test_rft_is_one_round_of_four_samples_with_four_times_the_passes_and_the_control_keeps_nothing():
+    variants = compare.variants(0.15)
+    rft = variants["rft"]
     assert "+evol.iterations.evol1.samples=4" in rft and "evol.epochs=0.6" in rft
     assert {"~evol.iterations.evol2", "evol.merge_sft=false", "evol.learn_from=sft"} <= set(rft)
-    assert compare.variants(0.15)["ei"] == ["evol.learn_from=last", "evol.merge_sft=false"]
-
-
-def test_the_control_keeps_nothing_so_it_learns_the_sft_data_alone():
-    control = compare.variants(0.15)["control"]
-    assert control == ["evol.threshold=2"]  # above any reward: every success is 1 or less
+    assert variants["ei"] == ["evol.learn_from=last", "evol.merge_sft=false"]
+    assert variants["control"] == ["evol.threshold=2"]  # above any reward: every success is 1 or less
 
 
 def shown_rev(name, maze):
