@@ -177,6 +177,117 @@ class EvolParams(EvolSettings):
         return self
 
 
+class PGSwitches(Section):
+    """The switches of the policy-gradient trainer (`gymflow.train.pg`); each algorithm is a preset of them."""
+
+    advantage: Literal["loo", "group_norm", "reinforcepp", "gae"] = Field(
+        "loo",
+        description="loo: leave-one-out (LOOP Eq. 3); group_norm: GRPO's (R - mean) / std; reinforcepp: "
+        "returns whitened over the batch; gae: a value head on the policy's last hidden state (LOOP C.5)",
+    )
+    level: Literal["token", "turn", "traj"] = Field(
+        "token", description="importance weight per token (Eq. 10), per reply, or per trajectory (Eq. 9)"
+    )
+    epochs: PositiveInt = Field(2, description="passes over each iteration's rollouts")
+    minibatches: PositiveInt = Field(
+        4, description="gradient steps per pass; epochs 1 and minibatches 1: one on-policy step"
+    )
+    clip: float = Field(0.2, gt=0, description="PPO's epsilon")
+    min_abs_advantage: float = Field(0.0, ge=0, description="drop episodes with |A| below this (LOOP: 0.01)")
+    kl_coef: float = Field(
+        0.0, ge=0, description="> 0: KL to a frozen copy of the start agent, as a loss term"
+    )
+    kl_abort: float | None = Field(
+        None, gt=0, description="skip the rest of an iteration's steps once the KL to its sampler passes this"
+    )
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    gamma: float = Field(1.0, ge=0, le=1, description="GAE discount (LOOP C.5: 1)")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (LOOP C.5: 1; < 1 diverged there)")
+    value_lr: float = Field(1e-3, gt=0, description="the value head's learning rate (gae)")
+    value_warmup: int = Field(
+        0, ge=0, description="value-only passes over the first iteration's rollouts before any policy step"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> PGSwitches:
+        if self.advantage == "gae" and self.level != "token":
+            raise ValueError("advantage gae gives one advantage per token: use level token")
+        return self
+
+
+# The algorithms, as switch settings (LOOP Table 1; AgentGym-RL 3.2.2). On-policy presets take one gradient step
+# per batch of rollouts (GRPO and RLOO as published); the others reuse each batch for 2 epochs of 4 mini-batches.
+PRESETS: dict[str, dict[str, object]] = {
+    "loop": {"advantage": "loo", "level": "token", "min_abs_advantage": 0.01},
+    "loop_turn": {"advantage": "loo", "level": "turn", "min_abs_advantage": 0.01},
+    "loop_traj": {"advantage": "loo", "level": "traj", "min_abs_advantage": 0.01},
+    "loop_rwnorm": {"advantage": "group_norm", "level": "token", "min_abs_advantage": 0.01},
+    "rloo": {"advantage": "loo", "level": "traj", "epochs": 1, "minibatches": 1},
+    "grpo": {"advantage": "group_norm", "level": "token", "epochs": 1, "minibatches": 1, "kl_coef": 0.04},
+    "grpo_nokl": {"advantage": "group_norm", "level": "token", "epochs": 1, "minibatches": 1},
+    "reinforcepp": {"advantage": "reinforcepp", "level": "token", "epochs": 1, "kl_coef": 0.001},
+    "ppo": {"advantage": "gae", "level": "token", "kl_coef": 0.001, "value_warmup": 4},
+}
+
+
+class HorizonPhase(Section):
+    """ScalingInter-RL: a turn limit held for a number of iterations (the last phase holds to the end)."""
+
+    turns: PositiveInt = Field(description="turn limit of training rollouts (at most each environment's own)")
+    iterations: PositiveInt | None = Field(None, description="iterations this phase lasts; null: the rest")
+
+
+class RLParams(Section):
+    """Multi-turn policy-gradient training from an agent (`gymflow.train.pg`): per iteration, K rollouts of
+    each drawn train task, advantages, then clipped policy-gradient steps. Rollouts sample in process with
+    `evaluate`'s reply and sequence lengths and batch size."""
+
+    start: str = Field("sft", description="the agent under data/models RL starts from (sft, evol<i>)")
+    algorithm: Literal[tuple(PRESETS)] = "loop"  # type: ignore[valid-type]
+    switches: dict[str, object] = Field({}, description="overrides of the preset's switches (PGSwitches)")
+    tasks: dict[str, PositiveInt] = Field(
+        min_length=1, description="environment -> train tasks per iteration"
+    )
+    samples: int = Field(6, ge=2, description="rollouts per task (K; LOOP 6, AgentGym-RL 8)")
+    iterations: PositiveInt = 10
+    horizon: Literal["fixed"] | list[HorizonPhase] = Field(
+        "fixed", description="fixed: each environment's own turn limit; or ScalingInter-RL's phases"
+    )
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (LOOP, AgentGym-RL: 1.0)")
+    early_stop: float | None = Field(
+        None, gt=0, le=1, description="stop collecting at this fraction of rollouts (and 4 per task)"
+    )
+    lr: float = Field(1e-4, gt=0)
+    lora_rank: int = Field(0, ge=0, description="0: full fine-tuning; > 0: LoRA of that rank")
+    max_tokens: PositiveInt = Field(16384, description="tokens per forward pass (a mini-batch is split)")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check_switches(self) -> RLParams:
+        try:
+            self.pg()
+        except ValidationError as e:
+            raise ValueError(f"rl.switches: {_describe(e)}") from None
+        if isinstance(self.horizon, list) and any(p.iterations is None for p in self.horizon[:-1]):
+            raise ValueError("rl.horizon: every phase but the last needs its `iterations`")
+        return self
+
+    def pg(self) -> PGSwitches:
+        """The algorithm's switches with `switches` over them."""
+        return PGSwitches.model_validate({**PRESETS[self.algorithm], **self.switches})
+
+    def turn_limit(self, iteration: int) -> int | None:
+        """The ScalingInter-RL turn limit of `iteration` (1-based); None: each environment's own."""
+        if self.horizon == "fixed":
+            return None
+        end = 0
+        for phase in self.horizon:
+            end += phase.iterations or self.iterations
+            if iteration <= end:
+                return phase.turns
+        return self.horizon[-1].turns
+
+
 class Params(Section):
     envs: list[str] = Field(min_length=1)
     instructions: InstructionsConfig
@@ -185,6 +296,7 @@ class Params(Section):
     sft: SFTParams | None = None
     evaluate: EvalParams | None = None
     evol: EvolParams | None = None
+    rl: RLParams | None = None
 
     @model_validator(mode="after")
     def _check_envs(self) -> Params:
@@ -206,8 +318,9 @@ class Params(Section):
             ("sft.envs", self.sft),
             ("evaluate.envs", self.evaluate),
             ("evol.tasks", self.evol),
+            ("rl.tasks", self.rl),
         ]:
-            envs = section and (section.tasks if name == "evol.tasks" else section.envs)
+            envs = section and (section.tasks if name.endswith(".tasks") else section.envs)
             if envs and (outside := [e for e in envs if e not in self.envs]):
                 raise ValueError(
                     f"{name} has {outside}, which are not in envs; add them to envs or drop them"

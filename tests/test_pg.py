@@ -1,0 +1,271 @@
+"""The policy-gradient family against numbers computed by hand: every advantage estimator, the clipped objective
+at each importance-weight level, its gradient, the KL term, and the learner's update on a tiny model."""
+
+import math
+
+import pytest
+import torch
+
+from gymflow.config import PRESETS, ModelConfig, PGSwitches, RLParams
+from gymflow.models.build import build_model
+from gymflow.models.sampling import sample
+from gymflow.models.tokenizer import train_tokenizer
+from gymflow.train.advantages import gae, group_normalized, leave_one_out, reinforce_pp
+from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
+
+# ---- advantages --------------------------------------------------------------------------------------
+
+
+def test_leave_one_out_is_the_reward_minus_the_mean_of_the_others():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 1.0, 0.7])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 2])
+    # group 0: 1 - (0 + 0 + 1)/3 = 2/3 and 0 - 2/3; group 1: 0.5 - 0.75 and 1 - 0.5; group 2 alone: 0
+    expected = [2 / 3, -2 / 3, -2 / 3, 2 / 3, -0.25, -0.25, 0.5, 0.0]
+    assert leave_one_out(rewards, groups).tolist() == pytest.approx(expected)
+
+
+def test_group_normalized_divides_by_the_sample_standard_deviation():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.3, 0.3])
+    groups = torch.tensor([0, 0, 0, 0, 1, 1])
+    # group 0: mean 0.5, sample std sqrt(4 * 0.25 / 3) = 0.57735; group 1: all equal -> 0
+    a = 0.5 / math.sqrt(1 / 3)
+    expected = [a, -a, -a, a, 0.0, 0.0]
+    assert group_normalized(rewards, groups).tolist() == pytest.approx(expected, abs=1e-5)
+
+
+def test_reinforce_pp_whitens_returns_over_the_batch_tokens():
+    # episode 0: reward 1 over 3 sampled tokens, episode 1: reward 0 over 1 token. Token mean 3/4, variance
+    # (3 * 0.25^2 + 0.75^2) / (4 - 1) = 0.25, std 0.5: advantages 0.25 / 0.5 and -0.75 / 0.5.
+    adv = reinforce_pp(torch.tensor([1.0, 0.0]), torch.tensor([3, 1]))
+    assert adv.tolist() == pytest.approx([0.5, -1.5], abs=1e-6)
+
+
+def test_gae_without_discount_is_reward_minus_value_and_with_it_follows_the_recursion():
+    values = torch.tensor([0.2, 0.5, 0.9], dtype=torch.float64)
+    adv, ret = gae(1.0, values, gamma=1.0, lam=1.0)
+    assert adv.tolist() == pytest.approx([0.8, 0.5, 0.1]) and ret.tolist() == pytest.approx([1.0, 1.0, 1.0])
+    # gamma 0.9, lam 0.5: deltas 0.9*0.5-0.2 = 0.25, 0.9*0.9-0.5 = 0.31, 1-0.9 = 0.1; A_t = delta_t + 0.45 A_t+1
+    adv, ret = gae(1.0, values, gamma=0.9, lam=0.5)
+    assert adv.tolist() == pytest.approx([0.25 + 0.45 * 0.355, 0.355, 0.1])
+    assert ret.tolist() == pytest.approx((adv + values).tolist())
+
+
+# ---- the clipped objective ---------------------------------------------------------------------------
+
+# One episode: context, two ids of reply 1, context, one id of reply 2. Log-ratios 0.1, 0.2 and -0.3.
+TURNS = [0, 1, 1, 0, 2]
+LOG_RATIO = torch.tensor([[0.0, 0.1, 0.2, 0.0, -0.3]])
+
+
+def _objective(level: str, advantage: float) -> tuple[float, int, int]:
+    units = torch.tensor([unit_ids(TURNS, level)])
+    adv = torch.tensor([[advantage * (t > 0) for t in TURNS]])
+    parts = clipped_objective(LOG_RATIO, torch.zeros_like(LOG_RATIO), adv, units, clip=0.2)
+    return float(parts.loss), int(parts.clipped), int(parts.units)
+
+
+def test_units_per_level():
+    assert unit_ids(TURNS, "token") == [0, 1, 2, 0, 3]
+    assert unit_ids(TURNS, "turn") == [0, 1, 1, 0, 2]
+    assert unit_ids(TURNS, "traj") == [0, 1, 1, 0, 1]
+
+
+def test_per_token_weights_eq_10():
+    # ratios e^0.1 = 1.10517, e^0.2 = 1.22140 (clipped at 1.2 for A > 0), e^-0.3 = 0.74082
+    loss, clipped, units = _objective("token", 1.0)
+    assert loss == pytest.approx(-(math.exp(0.1) + 1.2 + math.exp(-0.3)) / 3)
+    assert (clipped, units) == (1, 3)
+    # A < 0: min(-r, -0.8): the low ratio is clipped (-0.8), the high ones are not
+    loss, clipped, _ = _objective("token", -1.0)
+    assert loss == pytest.approx((math.exp(0.1) + math.exp(0.2) + 0.8) / 3) and clipped == 1
+
+
+def test_per_turn_weights_multiply_a_replys_token_ratios():
+    # reply 1: e^(0.1 + 0.2) = 1.34986 -> clipped at 1.2; reply 2: e^-0.3
+    loss, clipped, units = _objective("turn", 1.0)
+    assert loss == pytest.approx(-(1.2 + math.exp(-0.3)) / 2) and (clipped, units) == (1, 2)
+
+
+def test_per_trajectory_weight_eq_9_is_the_product_of_all_ratios():
+    loss, clipped, units = _objective("traj", 1.0)  # 0.1 + 0.2 - 0.3 = 0: ratio 1
+    assert loss == pytest.approx(-1.0) and (clipped, units) == (0, 1)
+    loss, _, _ = _objective("traj", -2.0)
+    assert loss == pytest.approx(2.0)
+
+
+def test_gradient_of_the_clipped_loss_on_two_tokens():
+    """Loss = -(1/2) sum_t min(r_t A, g(A)); d loss / d logp_t = -(1/2) r_t A where unclipped, 0 where clipped."""
+    old = torch.zeros(1, 3)
+    units = torch.tensor([[0, 1, 2]])
+    for advantage, expected in [
+        (1.0, [0.0, -0.5 * math.exp(0.1), 0.0]),  # token 2's ratio e^0.3 > 1.2: clipped, no gradient
+        (-1.0, [0.0, 0.5 * math.exp(0.1), 0.5 * math.exp(0.3)]),  # A < 0: high ratios are not clipped
+    ]:
+        logp = torch.tensor([[0.0, 0.1, 0.3]], requires_grad=True)
+        adv = torch.tensor([[0.0, advantage, advantage]])
+        clipped_objective(logp, old, adv, units, clip=0.2).loss.backward()
+        assert logp.grad.tolist()[0] == pytest.approx(expected)
+
+
+def test_context_positions_get_no_gradient_at_any_level():
+    for level in ("token", "turn", "traj"):
+        logp = (LOG_RATIO * 0.5).clone().requires_grad_(True)
+        units = torch.tensor([unit_ids(TURNS, level)])
+        adv = torch.tensor([[0.7 * (t > 0) for t in TURNS]])
+        reply = (units > 0).float()
+        loss = clipped_objective(logp, torch.zeros_like(logp), adv, units, 0.2).loss
+        (loss + kl_penalty(logp, torch.full_like(logp, -0.2), reply)).backward()
+        grad = logp.grad[0]
+        assert grad[0] == 0 and grad[3] == 0, level
+        assert (grad[[1, 2, 4]] != 0).all(), level
+
+
+def test_kl_penalty_is_k3_per_token_averaged_per_episode():
+    logp = torch.tensor([[0.0, -0.5, 0.5], [0.0, 0.0, 0.0]])
+    ref = torch.zeros(2, 3)
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    # episode 0: ref - logp = 0.5 and -0.5 -> (e^0.5 - 1.5 + e^-0.5 - 0.5) / 2; episode 1: 0
+    first = (math.exp(0.5) - 1.5 + math.exp(-0.5) - 0.5) / 2
+    assert float(kl_penalty(logp, ref, mask)) == pytest.approx(first / 2)
+
+
+# ---- the learner on a tiny model --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(["left right up down go stop"] * 20, 300)
+
+
+def _model(tokenizer):
+    cfg = ModelConfig(hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=128)
+    return build_model(cfg, tokenizer)
+
+
+def _rollouts() -> list[Rollout]:
+    """Two tasks, two samples each, replies of different lengths and numbers of turns."""
+    shapes = [
+        ([5, 6, 7, 10, 11, 8, 9, 12], [0, 0, 0, 1, 1, 0, 0, 2], 1.0, 0),
+        ([5, 6, 7, 13], [0, 0, 0, 1], 0.0, 0),
+        ([5, 9, 14, 15, 16], [0, 0, 1, 1, 1], 0.0, 1),
+        ([5, 9, 17, 8, 18], [0, 0, 1, 0, 2], 0.6, 1),
+    ]
+    return [Rollout(ids, turns, reward, group) for ids, turns, reward, group in shapes]
+
+
+def _gradient(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def _learner_gradient(tokenizer, preset: str) -> tuple[torch.Tensor, torch.nn.Module]:
+    model = _model(tokenizer)
+    switches = PGSwitches.model_validate({**PRESETS[preset], "min_abs_advantage": 0, "max_grad_norm": None})
+    learner = PolicyGradient(model, switches, lr=0.0, pad_id=tokenizer.pad_token_id)  # lr 0: weights stay
+    learner.step(learner.prepare(_rollouts()))
+    return _gradient(model), model
+
+
+def _reinforce_gradient(model, per_token_mean: bool) -> torch.Tensor:
+    """REINFORCE with the leave-one-out advantage, written directly: -(1/N) sum_i A_i sum_t log p(x_t) (Eq. 2),
+    or with Eq. 10's 1/|a(x)| per episode."""
+    model.zero_grad()
+    rollouts = _rollouts()
+    adv = leave_one_out(torch.tensor([r.reward for r in rollouts]), torch.tensor([r.group for r in rollouts]))
+    total = 0.0
+    for r, a in zip(rollouts, adv, strict=True):
+        ids = torch.tensor([r.ids])
+        logp = model(input_ids=ids).logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+        reply = torch.tensor(r.turns[1:]) > 0
+        episode = logp[reply].sum() / (reply.sum() if per_token_mean else 1)
+        total = total - a * episode / len(rollouts)
+    total.backward()
+    return _gradient(model)
+
+
+def test_loop_with_one_epoch_and_no_minibatches_is_the_reinforce_leave_one_out_update(tokenizer):
+    """On-policy, the ratio is 1 and PPO's gradient is REINFORCE's (LOOP 4.2): `loop` with one epoch of one
+    mini-batch gives REINFORCE-LOO with Eq. 10's per-episode token mean, and `rloo` (per-trajectory weight,
+    one step) gives Eq. 2's sum over the episode's tokens. They differ only by that 1/|a(x)|."""
+    switches = {"epochs": 1, "minibatches": 1}
+    PRESETS["loop_one_step"] = {**PRESETS["loop"], **switches}
+    try:
+        grad, model = _learner_gradient(tokenizer, "loop_one_step")
+    finally:
+        del PRESETS["loop_one_step"]
+    assert torch.allclose(grad, _reinforce_gradient(model, per_token_mean=True), atol=1e-6)
+    grad, model = _learner_gradient(tokenizer, "rloo")
+    assert torch.allclose(grad, _reinforce_gradient(model, per_token_mean=False), atol=1e-6)
+    assert not torch.allclose(grad, _reinforce_gradient(model, per_token_mean=True), atol=1e-4)
+
+
+def test_advantage_filter_drops_small_advantages(tokenizer):
+    rollouts = _rollouts()
+    rollouts[1].reward = 1.0  # group 0 now all 1: A = 0 for both
+    learner = PolicyGradient(_model(tokenizer), PGSwitches.model_validate(PRESETS["loop"]), 1e-3)
+    batch = learner.prepare(rollouts)
+    assert batch.stats["filtered"] == 0.5 and [r.group for r in batch.rollouts] == [1, 1]
+
+
+def test_kl_abort_stops_the_iteration(tokenizer):
+    switches = PGSwitches.model_validate({**PRESETS["loop"], "kl_abort": 1e-9, "min_abs_advantage": 0})
+    learner = PolicyGradient(_model(tokenizer), switches, lr=0.05)
+    stats = learner.step(learner.prepare(_rollouts()))
+    assert stats["aborted"] and stats["steps"] == 1  # the first step moved the policy; the second is skipped
+
+
+def test_reference_model_only_when_there_is_a_kl_term(tokenizer):
+    assert (
+        PolicyGradient(_model(tokenizer), PGSwitches.model_validate(PRESETS["loop"]), 1e-3).reference is None
+    )
+    grpo = PolicyGradient(_model(tokenizer), PGSwitches.model_validate(PRESETS["grpo"]), 1e-3)
+    assert grpo.reference is not None and not any(p.requires_grad for p in grpo.reference.parameters())
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_learns_a_one_turn_task_from_chance(tokenizer, preset):
+    """Two prompts; the reward is 1 when the reply's token id has the prompt's parity (chance: 1/2). Within
+    30 updates of 8 tasks x 8 samples, the mean reward must reach 0.9."""
+    torch.manual_seed(0)
+    model = _model(tokenizer)
+    switches = PGSwitches.model_validate({**PRESETS[preset], "value_warmup": 2})
+    learner = PolicyGradient(model, switches, lr=1e-2, pad_id=tokenizer.pad_token_id)
+    generator = torch.Generator().manual_seed(0)
+    prompts = [[5, 6], [7, 8]]
+    history = []
+    for _ in range(30):
+        groups = [g for g in range(8) for _ in range(8)]
+        model.eval()
+        replies = sample(model, [prompts[g % 2] for g in groups], 1, [], 0, generator=generator)
+        rollouts = [
+            Rollout(
+                prompts[g % 2] + c.token_ids, [0, 0, 1], float(c.token_ids[0] % 2 == g % 2), g, c.logprobs
+            )
+            for g, c in zip(groups, replies, strict=True)
+        ]
+        history.append(sum(r.reward for r in rollouts) / len(rollouts))
+        batch = learner.prepare(rollouts)
+        assert batch.stats["logprob_gap"] < 1e-5  # the learner recomputes exactly what the sampler drew with
+        learner.step(batch)
+    assert history[0] < 0.7 and max(history[-5:]) >= 0.9 and sum(history[-5:]) / 5 >= 0.85, history
+
+
+def test_rl_params_resolve_presets_and_reject_bad_switches():
+    rl = RLParams(tasks={"maze": 4}, algorithm="grpo", switches={"epochs": 3})
+    assert rl.pg().kl_coef == 0.04 and rl.pg().epochs == 3
+    with pytest.raises(ValueError, match="gae gives one advantage per token"):
+        RLParams(tasks={"maze": 4}, algorithm="ppo", switches={"level": "traj"})
+    with pytest.raises(ValueError, match="switches: epoch: Extra inputs"):
+        RLParams(tasks={"maze": 4}, switches={"epoch": 3})
+
+
+def test_scalinginter_schedule_holds_each_limit_for_its_iterations():
+    rl = RLParams(
+        tasks={"maze": 4},
+        iterations=7,
+        horizon=[{"turns": 3, "iterations": 2}, {"turns": 6, "iterations": 3}, {"turns": 9}],
+    )
+    assert [rl.turn_limit(i) for i in range(1, 8)] == [3, 3, 6, 6, 6, 9, 9]
+    assert RLParams(tasks={"maze": 4}).turn_limit(5) is None
+    with pytest.raises(ValueError, match="needs its `iterations`"):
+        RLParams(tasks={"maze": 4}, horizon=[{"turns": 3}, {"turns": 6}])
