@@ -39,6 +39,22 @@ class SamplingConfig:
     batch_size: int = 32  # episodes sharing one cache
 
 
+@dataclass(frozen=True)
+class EarlyStop:
+    """Stop collecting once `fraction` of all episodes and at least `min_per_task` of every task's have
+    finished; the stragglers still running are cancelled (LOOP App. D)."""
+
+    fraction: float = 0.9
+    min_per_task: int = 4
+
+    def reached(self, jobs: Sequence[tuple[Task, int]], finished: Sequence[Episode]) -> bool:
+        if len(finished) < self.fraction * len(jobs):
+            return False
+        done = Counter((ep.task.env, ep.task.task_id) for ep in finished)
+        wanted = Counter((t.env, t.task_id) for t, _ in jobs)
+        return all(done[key] >= min(self.min_per_task, n) for key, n in wanted.items())
+
+
 class _Running:
     """One episode in flight."""
 
@@ -73,10 +89,12 @@ def rollout(
     cfg: SamplingConfig,
     horizon: int | None = None,
     generator: torch.Generator | None = None,
+    early_stop: EarlyStop | None = None,
 ) -> list[Episode]:
     """Play every (task, sample index) in `jobs`, `cfg.batch_size` at a time; turn limit `horizon` or the
     environment's own. `model` samples in process, or is a client of a completion server (`generator` then
-    plays no part: the server draws). Returns the episodes in the order of `jobs`."""
+    plays no part: the server draws). Returns the episodes in the order of `jobs`; with `early_stop`, only
+    those that finished before it was reached."""
     episodes: list[Episode] = []
     bar = tqdm(total=len(jobs), desc="rollout", unit="ep", dynamic_ncols=True)
     sampled, start = 0, time.perf_counter()
@@ -86,11 +104,14 @@ def rollout(
     try:
         for first in range(0, len(jobs), cfg.batch_size):
             batch = jobs[first : first + cfg.batch_size]
-            done, n = _play_batch(model, fmt, batch, cfg, horizon, generator, pool)
+            stop = partial(early_stop.reached, jobs) if early_stop else None
+            done, n = _play_batch(model, fmt, batch, cfg, horizon, generator, pool, episodes, stop)
             episodes += done
             sampled += n
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{sampled / (time.perf_counter() - start):.0f}")
+            if stop and stop(episodes):
+                break
     finally:
         bar.close()
         for env in (e for envs in pool.values() for e in envs):
@@ -98,7 +119,10 @@ def rollout(
     return episodes
 
 
-def _play_batch(model, fmt, batch, cfg, horizon, generator, pool) -> tuple[list[Episode], int]:
+def _play_batch(
+    model, fmt, batch, cfg, horizon, generator, pool, earlier=(), stop=None
+) -> tuple[list[Episode], int]:
+    """Play one batch to the end, or until `stop(earlier + finished)` holds (the rest are cancelled)."""
     running: list[_Running] = []
     taken: Counter[str] = Counter()
     for task, sample in batch:
@@ -126,6 +150,8 @@ def _play_batch(model, fmt, batch, cfg, horizon, generator, pool) -> tuple[list[
         if decoder is not None and going:
             decoder.keep(going)  # one copy of the cache per turn; every token of the next turn reads it
         live = [live[row] for row in going]
+        if live and stop and stop([*earlier, *(r for r in results if r is not None)]):
+            break
     return [r for r in results if r is not None], sampled
 
 
@@ -183,15 +209,22 @@ def episode_tokens(messages: Sequence[Message], fmt: ChatFormat) -> tuple[list[i
 
     The last observation, which no reply follows, is not part of it.
     """
+    ids, turns = episode_turns(messages, fmt)
+    return ids, [min(t, 1) for t in turns]
+
+
+def episode_turns(messages: Sequence[Message], fmt: ChatFormat) -> tuple[list[int], list[int]]:
+    """An episode's full id sequence and, per id, the number of the reply it was sampled in (1, 2, ...), or 0
+    for context (prompt, observations, template text)."""
     system, first, *rest = messages
     ids = fmt.prompt(system.text, first.text)
-    mask = [0] * len(ids)
+    turns = [0] * len(ids)
     for i in range(0, len(rest), 2):
         reply = rest[i]
         ids += reply.token_ids
-        mask += [1] * len(reply.token_ids)
+        turns += [i // 2 + 1] * len(reply.token_ids)
         if i + 2 < len(rest):  # another reply follows this turn's observation
             between = fmt.between(reply.token_ids, rest[i + 1].text)
             ids += between
-            mask += [0] * len(between)
-    return ids, mask
+            turns += [0] * len(between)
+    return ids, turns

@@ -18,6 +18,7 @@ class Message:
     reward: float | None = None  # episode reward after the environment answered (user turns)
     token_ids: list[int] = field(default_factory=list)  # exactly as sampled (assistant turns)
     logprobs: list[float] = field(default_factory=list)
+    advantage: float | None = None  # what the learner weighted this reply with (RL; mean over its tokens)
 
 
 @dataclass
@@ -88,7 +89,7 @@ def episode_rows(ep: Episode, info: RunInfo) -> tuple[dict[str, Any], list[dict[
             "token_ids": m.token_ids,
             "logprobs": m.logprobs,
             "critic_score": None,
-            "advantage": None,
+            "advantage": m.advantage,
         }
         for i, m in enumerate(ep.messages)
     ]

@@ -1,0 +1,225 @@
+"""Multi-turn RL from an agent: per iteration, K rollouts of each drawn train task with the current weights, then
+one `PolicyGradient` update (LOOP Algorithm 1; the algorithm is `rl.algorithm`'s preset of switches).
+
+Every iteration's episodes go to the rollout tables (stage "rl", the iteration's number; each reply carries the
+advantage it was weighted with), its statistics to a CSV that `dvc plots` draws, and the learner's state to a
+checkpoint, so an interrupted run resumes at the next iteration with the same draws. The turn limit of
+training rollouts follows `rl.horizon` (ScalingInter-RL); evaluation keeps each environment's own.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.config import EvalParams, RLParams
+from gymflow.envs import ENVS
+from gymflow.envs.base import Task
+from gymflow.rollout.agenttraj import write_episodes
+from gymflow.rollout.engine import EarlyStop, SamplingConfig, episode_turns, rollout
+from gymflow.rollout.play import weights_hash
+from gymflow.rollout.records import Episode, RunInfo, config_hash
+from gymflow.store.io import atomic_dir, atomic_path
+from gymflow.train.evol import draw_tasks
+from gymflow.train.pg import PolicyGradient, Rollout
+
+
+def learner_rollouts(episodes: list[Episode], fmt: ChatFormat) -> list[Rollout]:
+    """Episodes as the learner's token sequences, exactly the ids sampled; a group per (env, task)."""
+    groups: dict[tuple[str, str], int] = {}
+    out = []
+    for ep in episodes:
+        ids, turns = episode_turns(ep.messages, fmt)
+        group = groups.setdefault((ep.task.env, ep.task.task_id), len(groups))
+        sampled = [lp for m in ep.messages if m.role == "assistant" for lp in m.logprobs]
+        out.append(Rollout(ids, turns, ep.reward, group, sampled))
+    return out
+
+
+def train_rl(
+    start_dir: str,
+    out_dir: Path,
+    tasks: dict[str, list[Task]],
+    rl: RLParams,
+    rollout_cfg: EvalParams,
+    rollout_dir: Path,
+    curve_path: Path,
+) -> dict[str, Any]:
+    """Train the agent in `start_dir` for `rl.iterations` and save it to `out_dir`; the run's summary."""
+    tokenizer = AutoTokenizer.from_pretrained(start_dir)
+    fmt = ChatFormat(tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32)
+    sampler = model
+    if rl.lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model, LoraConfig(r=rl.lora_rank, lora_alpha=2 * rl.lora_rank, target_modules="all-linear")
+        )
+        sampler = model.get_base_model()  # the adapters are inside it: it samples with them
+    cfg = rollout_cfg
+    sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    learner = PolicyGradient(
+        model, rl.pg(), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, rl.seed
+    )
+    run_key = config_hash([rl.model_dump(), sampling.__dict__, weights_hash(model), sorted(tasks)])
+    checkpoint = out_dir.with_name(out_dir.name + ".checkpoints") / run_key / "state.pt"
+    rows: list[dict[str, Any]] = []
+    if checkpoint.exists():
+        rows = _restore(checkpoint, learner)
+        print(f"resuming after iteration {len(rows)} from {checkpoint}")
+    _clear_rollouts(rollout_dir, after=len(rows))
+    start = time.perf_counter()
+    for it in range(len(rows) + 1, rl.iterations + 1):
+        row = run_iteration(learner, sampler, fmt, tasks, rl, sampling, it, rollout_dir, run_key)
+        rows.append(row)
+        _write_curve(curve_path, rows)
+        _save(checkpoint, learner, rows)
+        print(
+            f"iteration {it}/{rl.iterations}: reward {row['reward']:.3f} success {row['success']:.3f} "
+            f"kl {row['kl']:.4f} clip {row['clip_fraction']:.3f} filtered {row['filtered']:.2f}"
+        )
+    trained = model.merge_and_unload() if rl.lora_rank else model
+    with atomic_dir(out_dir) as tmp:
+        trained.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    shutil.rmtree(checkpoint.parent.parent, ignore_errors=True)
+    return summarize(rows, rl, time.perf_counter() - start)
+
+
+def run_iteration(
+    learner: PolicyGradient,
+    sampler: torch.nn.Module,
+    fmt: ChatFormat,
+    tasks: dict[str, list[Task]],
+    rl: RLParams,
+    sampling: SamplingConfig,
+    it: int,
+    rollout_dir: Path,
+    run_key: str,
+) -> dict[str, Any]:
+    """Collect K rollouts per drawn task, update once, and write the episodes; the iteration's statistics."""
+    generator = torch.Generator().manual_seed(rl.seed * 10_000 + it)
+    limit = rl.turn_limit(it)
+    early = EarlyStop(rl.early_stop, 4) if rl.early_stop else None
+    policy_hash = weights_hash(learner.model)
+    sampler.eval()
+    start = time.perf_counter()
+    episodes: list[Episode] = []
+    jobs = 0
+    for env, env_tasks in tasks.items():
+        drawn = draw_tasks(env_tasks, rl.tasks[env], rl.seed, it)
+        env_jobs = [(t, k) for t in drawn for k in range(rl.samples)]
+        jobs += len(env_jobs)
+        horizon = min(limit, ENVS[env].spec.max_turns) if limit else None
+        episodes += rollout(sampler, fmt, env_jobs, sampling, horizon, generator, early)
+    rollout_s = time.perf_counter() - start
+    rollouts = learner_rollouts(episodes, fmt)
+    start = time.perf_counter()
+    batch = learner.prepare(rollouts)
+    stats = batch.stats | learner.step(batch)
+    update_s = time.perf_counter() - start
+    _record_advantages(episodes, rollouts, batch)
+    info = RunInfo("main", "rl", it, f"{rl.algorithm}@{it - 1}", policy_hash, run_key)
+    write_episodes(rollout_dir, f"it{it:03d}", episodes, info)
+    row: dict[str, Any] = {
+        "iteration": it,
+        "turn_limit": limit or "",
+        "episodes": len(episodes),
+        "cancelled": jobs - len(episodes),
+        "reward": _mean([ep.reward for ep in episodes]),
+        "success": _mean([float(ep.success) for ep in episodes]),
+    }
+    for env in tasks:
+        row[f"success_{env}"] = _mean([float(ep.success) for ep in episodes if ep.task.env == env])
+    row |= {k: v for k, v in stats.items() if k != "aborted"} | {"aborted": int(stats["aborted"])}
+    return row | {"rollout_s": round(rollout_s, 1), "update_s": round(update_s, 1)}
+
+
+def summarize(rows: list[dict[str, Any]], rl: RLParams, wall: float) -> dict[str, Any]:
+    """The run in a few numbers: first and last iteration's training reward and success, and speed."""
+    first, last = rows[0], rows[-1]
+    return {
+        "algorithm": rl.algorithm,
+        "iterations": len(rows),
+        "episodes": sum(r["episodes"] for r in rows),
+        "reward_first": round(first["reward"], 4),
+        "reward_last": round(last["reward"], 4),
+        "success_first": round(first["success"], 4),
+        "success_last": round(last["success"], 4),
+        "train_tokens_per_s": round(_mean([r["train_tokens_per_s"] for r in rows if r["steps"]])),
+        "rollout_s": round(sum(r["rollout_s"] for r in rows), 1),
+        "update_s": round(sum(r["update_s"] for r in rows), 1),
+        "wall_seconds": round(wall, 1),
+    }
+
+
+def _record_advantages(episodes: list[Episode], rollouts: list[Rollout], batch) -> None:
+    """Each reply's advantage (mean over its tokens) onto its message, for the turns table; dropped
+    episodes (|A| below the threshold) keep none."""
+    weighted = {id(r): adv for r, adv in zip(batch.rollouts, batch.advantages, strict=True)}
+    for ep, r in zip(episodes, rollouts, strict=True):
+        adv = weighted.get(id(r))
+        if adv is None:
+            continue
+        turns = torch.tensor(r.turns)
+        replies = [m for m in ep.messages if m.role == "assistant"]
+        for n, message in enumerate(replies, start=1):
+            mine = turns == n
+            if mine.any():
+                message.advantage = float(adv[mine].mean())
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _write_curve(path: Path, rows: list[dict[str, Any]]) -> None:
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(
+            {k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in rows
+        )
+
+
+def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> None:
+    state = {
+        "rows": rows,
+        "model": learner.model.state_dict(),
+        "optimizer": learner.optimizer.state_dict(),
+        "generator": learner.generator.get_state(),
+        "value_warm": learner.value_warm,
+    }
+    if learner.value is not None:
+        state["value"] = learner.value.state_dict()
+        state["value_optimizer"] = learner.value_optimizer.state_dict()
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def _restore(path: Path, learner: PolicyGradient) -> list[dict[str, Any]]:
+    state = torch.load(path, weights_only=False)
+    learner.model.load_state_dict(state["model"])
+    learner.optimizer.load_state_dict(state["optimizer"])
+    learner.generator.set_state(state["generator"])
+    learner.value_warm = state["value_warm"]
+    if learner.value is not None:
+        learner.value.load_state_dict(state["value"])
+        learner.value_optimizer.load_state_dict(state["value_optimizer"])
+    return state["rows"]
+
+
+def _clear_rollouts(folder: Path, after: int) -> None:
+    """Remove the rollout tables of iterations after `after` (a fresh run: all of them)."""
+    for path in folder.glob("it*.parquet"):
+        if int(path.name[2:5]) > after:
+            path.unlink()

@@ -1,0 +1,49 @@
+"""Stage `rl`: multi-turn RL from `rl.start` (the SFT agent by default) with `rl.algorithm`.
+
+    dvc repro rl                           # or: python -m stages.rl
+    dvc exp run -S rl.algorithm=grpo       # another preset; `python -m flows.rl_compare` runs them all
+Writes data/models/rl, data/rollouts/rl/it<iteration>.{episodes,turns}.parquet (every training episode, each
+reply with its advantage), data/plots/rl.csv (per iteration: reward, success, clip fraction, KL, entropy,
+gradient norm, fraction filtered, tokens per second) and data/metrics/rl.json. Held-out success is
+`evaluate@rl`'s.
+"""
+
+from pathlib import Path
+
+from gymflow.config import load_params
+from gymflow.envs.instructions import load_tasks
+from gymflow.errors import UserError
+from gymflow.models.build import resolve
+from gymflow.stage import run_stage, write_metrics
+from gymflow.train.rl import train_rl
+
+
+def main() -> None:
+    params = load_params()
+    rl, cfg = params.rl, params.evaluate
+    if rl is None or cfg is None:
+        raise UserError("params.yaml needs `rl:` and `evaluate:` sections for RL (see the README)")
+    start = Path("data/models") / rl.start
+    if not start.is_dir():
+        raise UserError(
+            f"rl.start is {rl.start!r} but {start} does not exist: use sft or a built evol iteration"
+        )
+    tasks = {env: load_tasks("data", env, "train") for env in rl.tasks}
+    metrics = train_rl(
+        resolve(start),
+        Path("data/models/rl"),
+        tasks,
+        rl,
+        cfg,
+        Path("data/rollouts/rl"),
+        Path("data/plots/rl.csv"),
+    )
+    write_metrics("rl", metrics)
+    print(
+        f"rl ({rl.algorithm}): training success {metrics['success_first']:.3f} -> {metrics['success_last']:.3f} "
+        f"in {metrics['iterations']} iterations, {metrics['wall_seconds'] / 60:.1f} min"
+    )
+
+
+if __name__ == "__main__":
+    run_stage(main)
