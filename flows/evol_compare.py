@@ -12,24 +12,22 @@ range over seeds) is printed, written to data/compare/evol.md and posted as a Pr
 
 from __future__ import annotations
 
-import json
 import os
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from prefect import flow, task
+from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from flows.pipeline import dvc
+from flows.experiments import cell, experiment, finished
 from gymflow.config import load_params
 from gymflow.store.io import write_text
 
 SEEDS = (0, 1)
+HEAD = "evol-agentevol-s0"  # params.yaml as committed
 
 
 def variants(epochs: float) -> dict[str, list[str]]:
@@ -46,45 +44,9 @@ def variants(epochs: float) -> dict[str, list[str]]:
     }
 
 
-@task(tags=["gpu"], retries=1)
-def experiment(name: str, overrides: list[str], repo: str) -> str:
-    dvc(["exp", "run", "--temp", "-n", name, *[arg for o in overrides for arg in ("-S", o)]], repo)
-    return name
-
-
-def finished(repo: str) -> dict[str, dict[str, dict]]:
-    """The completed experiments of every commit, from `dvc exp show --json -A` (see `completed`)."""
-
-    def output(*cmd: str) -> str:
-        return subprocess.run(cmd, cwd=repo, capture_output=True, text=True).stdout
-
-    shown = json.loads(output(sys.executable, "-m", "dvc", "exp", "show", "--json", "-A") or "[]")
-    return completed(shown, head=output("git", "rev-parse", "HEAD").strip())
-
-
-def completed(shown: list[dict], head: str) -> dict[str, dict[str, dict]]:
-    """Experiment name -> policy -> the evaluation metrics it stored, skipping queued, running and failed
-    experiments; a later commit's run of a name wins. The commit `head` itself (params.yaml as committed:
-    AgentEvol, seed 0) is `evol-agentevol-s0`."""
-    found = {}
-    for baseline in reversed(shown):  # dvc lists the newest commit first
-        revs = [baseline | {"name": "evol-agentevol-s0"}] if baseline["rev"] == head else []
-        for exp in baseline.get("experiments") or []:
-            if (exp.get("executor") or {}).get("state", "success") == "success":
-                revs += exp["revs"]
-        for rev in revs:
-            metrics = (rev.get("data") or {}).get("metrics") or {}
-            found[rev["name"]] = {
-                Path(path).stem: m["data"]
-                for path, m in metrics.items()
-                if path.startswith("data/metrics/evaluate/") and "data" in m
-            }
-    return found
-
-
 def table(repo: str, envs: list[str]) -> str:
     """Markdown: per variant, success per environment of each iteration's agent, mean (and range) over seeds."""
-    runs = finished(repo)
+    runs = finished(repo, HEAD)
     lines = ["| variant | agent | seeds | " + " | ".join(envs) + " |", "|---" * (len(envs) + 3) + "|"]
     for variant in variants(0):
         by_seed = [runs[f"evol-{variant}-s{s}"] for s in SEEDS if f"evol-{variant}-s{s}" in runs]
@@ -92,11 +54,7 @@ def table(repo: str, envs: list[str]) -> str:
             continue
         policies = [p for p in by_seed[0] if all(p in run for run in by_seed)]
         for policy in sorted(policies, key=lambda p: (p != "init", p != "sft", p)):
-            cells = []
-            for env in envs:
-                values = [run[policy][env]["all"]["success"] for run in by_seed]
-                spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
-                cells.append(f"{statistics.mean(values):.2f}{spread}")
+            cells = [cell([run[policy][env]["all"]["success"] for run in by_seed]) for env in envs]
             lines.append(f"| {variant} | {policy} | {len(by_seed)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -105,7 +63,7 @@ def table(repo: str, envs: list[str]) -> str:
 def compare(repo: str = ".", run: bool = True) -> str:
     params = load_params(Path(repo) / "params.yaml")
     if run:
-        done = finished(repo)  # a rerun resumes: experiments already there are not run again
+        done = finished(repo, HEAD)  # a rerun resumes: experiments already there are not run again
         overrides = variants(params.evol.epochs)
         plan = [(v, s) for s in SEEDS for v in overrides if v != "control"] + [("control", s) for s in SEEDS]
         for variant, seed in plan:  # the variants of one seed before the next seed; the control last

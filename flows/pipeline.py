@@ -1,5 +1,5 @@
-"""The pipeline as a Prefect flow: the DVC stages in order, then AgentEvol's iterations (`flows.evol`), heavy
-ones held to one GPU slot.
+"""The pipeline as a Prefect flow: the DVC stages in order, then AgentEvol's iterations (`flows.evol`), then
+multi-turn RL and its evaluation, heavy ones held to one GPU slot.
 
 Each task runs one stage through `dvc repro -s STAGE`, so `dvc.lock` stays the record of what was built and a
 stage whose inputs did not change is skipped by DVC. Heavy stages carry the tag `gpu`; a tag concurrency
@@ -24,8 +24,14 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-STAGES = ["instructions", "trajectories", "init_model", "sft", "evaluate"]
-HEAVY = {"sft", "evaluate"}  # model training and generation: a GPU each, when there is one
+STAGES = ["instructions", "trajectories", "init_model", "sft", "evaluate@init", "evaluate@sft"]
+RL = ["rl", "evaluate@rl"]  # after AgentEvol: `rl.start` may be one of its agents
+HEAVY = {
+    "sft",
+    "evaluate@init",
+    "evaluate@sft",
+    *RL,
+}  # training and generation: a GPU each, when there is one
 
 
 def dvc(args: list[str], repo: str) -> str:
@@ -61,7 +67,9 @@ def pipeline(repo: str = ".", stages: list[str] = STAGES) -> list[dict[str, obje
     from flows.evol import evol  # it reuses `repro` from here
 
     evol(repo)
-    rows = evaluation_rows(repo) if "evaluate" in stages else []
+    for stage in RL:
+        repro.with_options(name=f"repro-{stage}", tags=["gpu"])(stage, repo)
+    rows = evaluation_rows(repo)
     if rows:
         create_table_artifact(
             key="agenteval", table=rows, description="AgentEval: held-out results per policy"

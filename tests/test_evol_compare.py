@@ -1,6 +1,7 @@
 """The comparison table of AgentEvol's variants: means and ranges over seeds, from DVC experiments' metrics."""
 
 import flows.evol_compare as compare
+from flows.experiments import completed
 
 
 def metrics(**success):
@@ -13,7 +14,7 @@ def test_the_table_averages_each_variant_over_seeds_and_shows_the_range(monkeypa
         "evol-agentevol-s1": {"sft": metrics(maze=0.4), "evol1": metrics(maze=0.3)},
         "evol-rft-s0": {"sft": metrics(maze=0.4), "evol1": metrics(maze=0.45)},
     }
-    monkeypatch.setattr(compare, "finished", lambda repo: runs)
+    monkeypatch.setattr(compare, "finished", lambda repo, head: runs)
     lines = compare.table(".", ["maze"]).splitlines()
     assert lines[0] == "| variant | agent | seeds | maze |"
     assert "| agentevol | sft | 2 | 0.40 (0.40-0.40) |" in lines
@@ -50,7 +51,7 @@ def test_completed_experiments_skip_running_ones_and_the_checked_out_commit_is_a
             "experiments": [{"executor": None, "revs": [shown_rev("evol-rft-s0", 0.2)]}],
         },
     ]
-    runs = compare.completed(shown, head="new")
+    runs = completed(shown, "new", "evol-agentevol-s0")
     assert sorted(runs) == ["evol-agentevol-s0", "evol-rft-s0"]
     assert runs["evol-agentevol-s0"]["evol1"]["maze"]["all"]["success"] == 0.3
     assert runs["evol-rft-s0"]["evol1"]["maze"]["all"]["success"] == 0.4  # the newer commit's run

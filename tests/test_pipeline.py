@@ -46,6 +46,9 @@ def repo(tmp_path_factory):
     iterations = {"evol1": {"explorer": "sft"}, "evol2": {"explorer": "evol1"}}
     evol = {"tasks": {"maze": None, "textcraft": 2}, "samples": 2, "epochs": 1.0, "iterations": iterations}
     params["evol"] = {**params["evol"], **evol}
+    # RL: two iterations of 2 maze tasks x 2 samples, turn limits 2 then 3
+    horizon = [{"turns": 2, "iterations": 1}, {"turns": 3}]
+    params["rl"] = {**params["rl"], "tasks": {"maze": 2}, "samples": 2, "iterations": 2, "horizon": horizon}
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     run([sys.executable, "-m", "dvc", "repro"], repo)
     return repo
@@ -97,7 +100,10 @@ def evaluation(repo):
 
 def test_evaluate_stores_every_episode_and_its_metrics_agree_with_sql(repo):
     metrics = evaluation(repo)
-    assert set(metrics) == {"init", "sft", "evol1", "evol2"} and set(metrics["sft"]) == {"maze", "wordle"}
+    assert set(metrics) == {"init", "sft", "evol1", "evol2", "rl"} and set(metrics["sft"]) == {
+        "maze",
+        "wordle",
+    }
     for policy in metrics:
         for env in ("maze", "wordle"):
             query = (
@@ -157,7 +163,7 @@ def test_prefect_flow_runs_the_stages_with_heavy_ones_tagged_and_posts_the_table
     from prefect.client.schemas.sorting import TaskRunSort
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.pipeline import HEAVY, STAGES, pipeline
+    from flows.pipeline import HEAVY, RL, STAGES, pipeline
 
     async def task_runs():
         async with get_client() as client:
@@ -180,7 +186,7 @@ def test_prefect_flow_runs_the_stages_with_heavy_ones_tagged_and_posts_the_table
     steps = {
         f"{step}@{name}" for step in ("explore", "learn", "evaluate_evol") for name in ("evol1", "evol2")
     }
-    assert set(tags) == set(STAGES) | steps | {"plot_evol"}
+    assert set(tags) == set(STAGES) | steps | {"plot_evol"} | set(RL)
     assert all(("gpu" in tags[s]) == (s in HEAVY or s in steps) for s in tags)
     iterations = [r.name for r in flows if r.name.startswith("iteration ")]
     assert sorted(iterations) == ["iteration evol1", "iteration evol2"]
@@ -260,3 +266,19 @@ def test_learn_from_init_starts_from_the_initial_weights_and_last_from_the_explo
             assert not close(learned, weights("sft"))
     finally:
         (repo / "params.yaml").write_text(original)
+
+
+def test_rl_trains_from_the_sft_agent_and_records_every_iteration(repo):
+    import csv
+
+    db = connect(repo / "data/rollouts/rl")
+    rows = db.execute(
+        "select iteration, count(*), max(horizon), count(distinct task_id) from episodes group by 1 order by 1"
+    ).fetchall()
+    assert rows == [(1, 4, 2, 2), (2, 4, 3, 2)]
+    curve = list(csv.DictReader((repo / "data/plots/rl.csv").open()))
+    assert [r["iteration"] for r in curve] == ["1", "2"] and float(curve[0]["success_maze"]) >= 0
+    summary = json.loads((repo / "data/metrics/rl.json").read_text())
+    assert summary["algorithm"] == "loop" and summary["episodes"] == 8
+    status = run([sys.executable, "-m", "dvc", "status", "rl"], repo)
+    assert "changed" not in status

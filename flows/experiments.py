@@ -1,0 +1,60 @@
+"""What the comparison flows share: DVC experiments run one at a time, and their stored metrics read back.
+
+Each variant x seed is one `dvc exp run --temp -n NAME -S ...`; stages whose inputs did not change come from
+DVC's cache, so an experiment costs only what its settings change. `finished` reads every completed
+experiment of every commit from `dvc exp show --json -A`, so a comparison resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from prefect import task
+
+from flows.pipeline import dvc
+
+
+@task(tags=["gpu"], retries=1)
+def experiment(name: str, overrides: list[str], repo: str) -> str:
+    dvc(["exp", "run", "--temp", "-n", name, *[arg for o in overrides for arg in ("-S", o)]], repo)
+    return name
+
+
+def finished(repo: str, head_name: str) -> dict[str, dict[str, dict]]:
+    """The completed experiments of every commit, from `dvc exp show --json -A` (see `completed`)."""
+
+    def output(*cmd: str) -> str:
+        return subprocess.run(cmd, cwd=repo, capture_output=True, text=True).stdout
+
+    shown = json.loads(output(sys.executable, "-m", "dvc", "exp", "show", "--json", "-A") or "[]")
+    return completed(shown, output("git", "rev-parse", "HEAD").strip(), head_name)
+
+
+def completed(shown: list[dict], head: str, head_name: str) -> dict[str, dict[str, dict]]:
+    """Experiment name -> policy -> the evaluation metrics it stored, skipping queued, running and failed
+    experiments; a later commit's run of a name wins. The commit `head` itself (params.yaml as committed) is
+    the experiment `head_name`."""
+    found = {}
+    for baseline in reversed(shown):  # dvc lists the newest commit first
+        revs = [baseline | {"name": head_name}] if baseline["rev"] == head else []
+        for exp in baseline.get("experiments") or []:
+            if (exp.get("executor") or {}).get("state", "success") == "success":
+                revs += exp["revs"]
+        for rev in revs:
+            metrics = (rev.get("data") or {}).get("metrics") or {}
+            found[rev["name"]] = {
+                Path(path).stem: m["data"]
+                for path, m in metrics.items()
+                if path.startswith("data/metrics/evaluate/") and "data" in m
+            }
+    return found
+
+
+def cell(values: list[float]) -> str:
+    """A mean over seeds, with the range when there is more than one."""
+    spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.2f}{spread}"
