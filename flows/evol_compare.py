@@ -20,11 +20,9 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact
 
-from flows.experiments import cell, experiment, finished
+from flows.experiments import cell, experiment, finished, publish
 from gymflow.config import load_params
-from gymflow.store.io import write_text
 
 SEEDS = (0, 1)
 HEAD = "evol-agentevol-s0"  # params.yaml as committed
@@ -70,11 +68,7 @@ def compare(repo: str = ".", run: bool = True) -> str:
             name = f"evol-{variant}-s{seed}"
             if name not in done:
                 experiment.with_options(name=name)(name, [*overrides[variant], f"evol.seed={seed}"], repo)
-    markdown = table(repo, params.evaluate.envs)
-    write_text(Path(repo) / "data/compare/evol.md", markdown + "\n")
-    create_markdown_artifact(key="agentevol-compare", markdown=markdown, description="AgentEvol vs RFT vs EI")
-    print(markdown)
-    return markdown
+    return publish(repo, "evol", table(repo, params.evaluate.envs), "AgentEvol vs RFT vs EI")
 
 
 if __name__ == "__main__":

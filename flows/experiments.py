@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 from prefect import task
+from prefect.artifacts import create_markdown_artifact
 
 from flows.pipeline import dvc
+from gymflow.store.io import write_text
 
 
 @task(tags=["gpu"], retries=1)
@@ -58,3 +60,11 @@ def cell(values: list[float]) -> str:
     """A mean over seeds, with the range when there is more than one."""
     spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""
     return f"{statistics.mean(values):.2f}{spread}"
+
+
+def publish(repo: str, name: str, markdown: str, description: str) -> str:
+    """A comparison's tables: printed, written to data/compare/<name>.md and posted as a Prefect artifact."""
+    write_text(Path(repo) / f"data/compare/{name}.md", markdown + "\n")
+    create_markdown_artifact(key=f"{name}-compare", markdown=markdown, description=description)
+    print(markdown)
+    return markdown

@@ -21,11 +21,9 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact
 
-from flows.experiments import cell, experiment, finished
+from flows.experiments import cell, experiment, finished, publish
 from gymflow.config import PRESETS, load_params
-from gymflow.store.io import write_text
 
 SEEDS = (0, 1)
 HEAD = "rl-loop-s0"  # params.yaml as committed: loop, each environment's own turn limit, seed 0
@@ -89,11 +87,7 @@ def compare(repo: str = ".", run: bool = True) -> str:
                     experiment.with_options(name=name(variant, seed))(
                         name(variant, seed), [*overrides, f"rl.seed={seed}"], repo
                     )
-    markdown = tables(repo, envs, params.rl.iterations)
-    write_text(Path(repo) / "data/compare/rl.md", markdown + "\n")
-    create_markdown_artifact(key="rl-compare", markdown=markdown, description="RL presets and horizons")
-    print(markdown)
-    return markdown
+    return publish(repo, "rl", tables(repo, envs, params.rl.iterations), "RL presets and horizons")
 
 
 if __name__ == "__main__":

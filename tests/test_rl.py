@@ -82,7 +82,7 @@ def test_learner_sequences_are_the_sampled_ids_grouped_by_task(start):
 
 def test_training_writes_each_iteration_and_a_turn_limit_schedule_applies(start, tmp_path):
     folder, _ = start
-    rl = _params(horizon=[{"turns": 1, "iterations": 1}, {"turns": 3}])
+    rl = _params(horizon=[{"turns": 1, "iterations": 1}, {"turns": 3}], switches={"min_abs_advantage": 0})
     summary = train_rl(
         folder, tmp_path / "model", {"maze": TASKS}, rl, PLAY, tmp_path / "rollouts", tmp_path / "rl.csv"
     )
@@ -93,9 +93,12 @@ def test_training_writes_each_iteration_and_a_turn_limit_schedule_applies(start,
     ).fetchall()
     assert rows == [(1, 1, 1, 6), (2, rows[1][1], 3, 6)] and rows[1][1] <= 3
     assert db.execute("select distinct stage from episodes").fetchall() == [("rl",)]
-    # advantages land on the replies of the episodes the learner kept, and only on replies
-    roles = db.execute("select distinct role from turns where advantage is not null").fetchall()
-    assert roles in ([("assistant",)], [])
+    # with no filter, every reply carries the advantage it was weighted with, and nothing else does
+    counts = db.execute("select role, count(*), count(advantage) from turns group by 1 order by 1").fetchall()
+    assert [(role, n == with_adv) for role, n, with_adv in counts if role == "assistant"] == [
+        ("assistant", True)
+    ]
+    assert all(with_adv == 0 for role, _, with_adv in counts if role != "assistant")
     assert (tmp_path / "model" / "config.json").exists()
     header = (tmp_path / "rl.csv").read_text().splitlines()[0].split(",")
     for column in (

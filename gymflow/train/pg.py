@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -160,20 +160,14 @@ class PolicyGradient:
                 hid[i] = h[j, :n] if h is not None else None
         return old, (ref if self.sw.kl_coef > 0 else None), (hid if self.value is not None else None)
 
-    def _reference(self):
+    @contextmanager
+    def _reference(self) -> Iterator[nn.Module]:
+        """The frozen reference: the copy, or (LoRA) the model itself with its adapters off."""
         if self.reference is not None:
-            return nullcontext(self.reference)
-        adapter_off = self.model.disable_adapter()  # LoRA: the frozen base model
-
-        class _Ctx:
-            def __enter__(ctx):
-                adapter_off.__enter__()
-                return self.model
-
-            def __exit__(ctx, *exc):
-                return adapter_off.__exit__(*exc)
-
-        return _Ctx()
+            yield self.reference
+        else:
+            with self.model.disable_adapter():
+                yield self.model
 
     # ---- advantages -------------------------------------------------------------------------------
     def prepare(self, rollouts: Sequence[Rollout]) -> Prepared:
@@ -229,7 +223,7 @@ class PolicyGradient:
 
     def _value_step(self, hidden, targets, masks) -> float:
         self.value_optimizer.zero_grad()
-        pred = [_values_at(self.value, h, m, grad=True) for h, m in zip(hidden, masks, strict=True)]
+        pred = [_scatter(self.value(h[m.bool()]), m.bool()) for h, m in zip(hidden, masks, strict=True)]
         num = sum(((p - t) ** 2 * m).sum() for p, t, m in zip(pred, targets, masks, strict=True))
         loss = num / sum(m.sum() for m in masks)
         loss.backward()
@@ -324,13 +318,6 @@ def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
-
-
-def _values_at(value: ValueHead, h: torch.Tensor, mask: torch.Tensor, grad: bool = False) -> torch.Tensor:
-    """The value head's prediction before every id (0 at context), from that rollout's hidden states."""
-    reply = mask.bool()
-    with torch.enable_grad() if grad else torch.no_grad():
-        return _scatter(value(h[reply]), reply)
 
 
 def _scatter(values: torch.Tensor, reply: torch.Tensor) -> torch.Tensor:
