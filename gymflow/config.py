@@ -258,6 +258,9 @@ class RLParams(Section):
         None, gt=0, le=1, description="stop collecting at this fraction of rollouts (and 4 per task)"
     )
     lr: float = Field(1e-4, gt=0)
+    warmup: int = Field(
+        8, ge=0, description="optimizer steps over which the learning rate ramps up linearly from lr / warmup"
+    )
     lora_rank: int = Field(0, ge=0, description="0: full fine-tuning; > 0: LoRA of that rank")
     max_tokens: PositiveInt = Field(16384, description="tokens per forward pass (a mini-batch is split)")
     seed: int = 0

@@ -214,6 +214,26 @@ def test_kl_abort_stops_the_iteration(tokenizer):
     assert stats["aborted"] and stats["steps"] == 1  # the first step moved the policy; the second is skipped
 
 
+def test_warmup_ramps_the_learning_rate_over_the_first_steps(tokenizer):
+    """Adam's first step moves every weight with a gradient by lr (m / sqrt(v) = sign(g)), however small the
+    gradient: with warm-up 4 the steps use lr/4, lr/2, 3lr/4, then lr."""
+    model = _model(tokenizer)
+    switches = PGSwitches.model_validate({**PRESETS["rloo"], "max_grad_norm": None})
+    learner = PolicyGradient(model, switches, lr=1e-3, pad_id=tokenizer.pad_token_id, warmup=4)
+    batch = learner.prepare(_rollouts())
+    rates, first_move = [], None
+    for _ in range(5):
+        rates.append(learner.optimizer.param_groups[0]["lr"])
+        before = [p.detach().clone() for p in model.parameters()]
+        learner.step(batch)  # rloo: one step per call
+        if first_move is None:
+            first_move = max(
+                float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before, strict=True)
+            )
+    assert rates == pytest.approx([0.25e-3, 0.5e-3, 0.75e-3, 1e-3, 1e-3])
+    assert first_move == pytest.approx(0.25e-3, rel=1e-3)  # Adam's first step: the step size itself
+
+
 def test_reference_model_only_when_there_is_a_kl_term(tokenizer):
     assert (
         PolicyGradient(_model(tokenizer), PGSwitches.model_validate(PRESETS["loop"]), 1e-3).reference is None

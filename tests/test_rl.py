@@ -116,7 +116,7 @@ def test_training_writes_each_iteration_and_a_turn_limit_schedule_applies(start,
 
 def test_an_interrupted_run_resumes_at_the_next_iteration_with_the_same_result(start, tmp_path, monkeypatch):
     folder, _ = start
-    rl = _params(horizon=[{"turns": 3}])
+    rl = _params(horizon=[{"turns": 3}], warmup=20)  # the warm-up spans the interruption
 
     def run(out):
         return train_rl(folder, out / "model", {"maze": TASKS}, rl, PLAY, out / "rollouts", out / "rl.csv")

@@ -80,11 +80,17 @@ class PolicyGradient:
         max_tokens: int = 16384,
         pad_id: int = 0,
         seed: int = 0,
+        warmup: int = 0,
     ) -> None:
         self.model, self.sw, self.temperature = model, switches, temperature
         self.max_tokens, self.pad_id = max_tokens, pad_id
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
+        # Linear warm-up over the first `warmup` steps: Adam's first steps move every weight by about lr,
+        # whatever its gradient's size, and that is where the KL to the sampler jumped (README).
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
         self.reference = None
         if switches.kl_coef > 0 and not hasattr(model, "disable_adapter"):  # LoRA: the base is the reference
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
@@ -287,6 +293,7 @@ class PolicyGradient:
                     break
                 norm = torch.nn.utils.clip_grad_norm_(self.params, self.sw.max_grad_norm or float("inf"))
                 self.optimizer.step()
+                self.scheduler.step()
                 if self.value is not None:
                     self.value_optimizer.step()
                 sums["kl"] += kl

@@ -67,7 +67,7 @@ def train_rl(
     cfg = rollout_cfg
     sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
     learner = PolicyGradient(
-        model, rl.pg(), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, rl.seed
+        model, rl.pg(), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, rl.seed, rl.warmup
     )
     run_key = config_hash([rl.model_dump(), sampling.__dict__, weights_hash(model), sorted(tasks)])
     checkpoint = out_dir.with_name(out_dir.name + ".checkpoints") / run_key / "state.pt"
@@ -196,6 +196,7 @@ def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> No
         "rows": rows,
         "model": learner.model.state_dict(),
         "optimizer": learner.optimizer.state_dict(),
+        "scheduler": learner.scheduler.state_dict(),
         "generator": learner.generator.get_state(),
         "value_warm": learner.value_warm,
     }
@@ -210,6 +211,7 @@ def _restore(path: Path, learner: PolicyGradient) -> list[dict[str, Any]]:
     state = torch.load(path, weights_only=False)
     learner.model.load_state_dict(state["model"])
     learner.optimizer.load_state_dict(state["optimizer"])
+    learner.scheduler.load_state_dict(state["scheduler"])
     learner.generator.set_state(state["generator"])
     learner.value_warm = state["value_warm"]
     if learner.value is not None:
