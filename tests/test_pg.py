@@ -270,6 +270,21 @@ def test_every_preset_learns_a_one_turn_task_from_chance(tokenizer, preset):
     assert history[0] < 0.7 and max(history[-5:]) >= 0.9 and sum(history[-5:]) / 5 >= 0.85, history
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_logprob_gap_compares_like_with_like_at_any_temperature(tokenizer, temperature):
+    """The sampler stores the model's own (untempered) log-probabilities; the learner's old log-probabilities
+    are tempered. The diagnostic must compare the same quantity, so it is ~0 at every temperature."""
+    torch.manual_seed(0)
+    model = _model(tokenizer).eval()
+    learner = PolicyGradient(model, PGSwitches.model_validate(PRESETS["loop"]), 1e-3, temperature)
+    replies = sample(model, [[5, 6]] * 8, 4, [], 0, temperature, generator=torch.Generator().manual_seed(0))
+    rollouts = [
+        Rollout([5, 6] + c.token_ids, [0, 0] + [1] * len(c.token_ids), float(i % 2), 0, c.logprobs)
+        for i, c in enumerate(replies)
+    ]
+    assert learner.prepare(rollouts).stats["logprob_gap"] < 1e-5
+
+
 def test_rl_params_resolve_presets_and_reject_bad_switches():
     rl = RLParams(tasks={"maze": 4}, algorithm="grpo", switches={"epochs": 3})
     assert rl.pg().kl_coef == 0.04 and rl.pg().epochs == 3

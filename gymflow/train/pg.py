@@ -103,7 +103,11 @@ class PolicyGradient:
 
     # ---- forward passes ---------------------------------------------------------------------------
     def _forward(
-        self, model: nn.Module, rows: Sequence[Rollout], hidden: bool = False
+        self,
+        model: nn.Module,
+        rows: Sequence[Rollout],
+        hidden: bool = False,
+        temperature: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """Per position [B, T], 0 except at reply ids: the log-probability of the id given the ids before it,
         and the entropy of the distribution it was drawn from; the last hidden state it was predicted from
@@ -121,7 +125,7 @@ class PolicyGradient:
         states = causal_lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
         where = reply.nonzero(as_tuple=True)
         before = states[where[0], where[1] - 1]  # the state each reply id was predicted from
-        logp_all = (causal_lm.lm_head(before).float() / self.temperature).log_softmax(-1)
+        logp_all = (causal_lm.lm_head(before).float() / (temperature or self.temperature)).log_softmax(-1)
         logp = logp_all.gather(-1, ids[where][:, None]).squeeze(-1)
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)
@@ -166,6 +170,16 @@ class PolicyGradient:
                 hid[i] = h[j, :n] if h is not None else None
         return old, (ref if self.sw.kl_coef > 0 else None), (hid if self.value is not None else None)
 
+    @torch.no_grad()
+    def _untempered(self, rollouts: Sequence[Rollout]) -> list[torch.Tensor]:
+        """Log-probabilities at temperature 1, only for the sampler/learner agreement check."""
+        out: list[torch.Tensor] = [torch.empty(0)] * len(rollouts)
+        for chunk in self._chunks(range(len(rollouts)), rollouts):
+            logp = self._forward(self.model, [rollouts[i] for i in chunk], temperature=1.0)[0]
+            for j, i in enumerate(chunk):
+                out[i] = logp[j, : len(rollouts[i].ids)]
+        return out
+
     @contextmanager
     def _reference(self) -> Iterator[nn.Module]:
         """The frozen reference: the copy, or (LoRA) the model itself with its adapters off."""
@@ -182,7 +196,9 @@ class PolicyGradient:
         rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float64)
         groups = torch.tensor([r.group for r in rollouts])
         masks = [torch.tensor([float(t > 0) for t in r.turns]) for r in rollouts]
-        stats = {"logprob_gap": _logprob_gap(rollouts, old)}
+        # The sampler stores the model's untempered log-probabilities (as vLLM does by default); compare those.
+        untempered = old if self.temperature == 1 else self._untempered(rollouts)
+        stats = {"logprob_gap": _logprob_gap(rollouts, untempered)}
         returns = None
         if self.sw.advantage == "gae":
             if not self.value_warm:
