@@ -152,33 +152,27 @@ class PolicyGradient:
             yield chunk
 
     @torch.no_grad()
-    def _score(self, rollouts: Sequence[Rollout]) -> tuple[list, list | None, list | None]:
-        """Old log-probabilities (and reference ones, and hidden states for values) of every rollout."""
+    def _score(self, rollouts: Sequence[Rollout]) -> tuple[list, list | None, list | None, list]:
+        """Old log-probabilities (and reference ones, and hidden states for values) of every rollout, and
+        the untempered ones the sampler stores (as vLLM does by default), for the agreement check."""
         old, ref, hid = [None] * len(rollouts), [None] * len(rollouts), [None] * len(rollouts)
+        untempered = [None] * len(rollouts)
         self.model.eval()
         for chunk in self._chunks(range(len(rollouts)), rollouts):
             rows = [rollouts[i] for i in chunk]
             logp, _, h, _ = self._forward(self.model, rows, hidden=self.value is not None)
+            raw = logp if self.temperature == 1 else self._forward(self.model, rows, temperature=1.0)[0]
             ref_logp = None
             if self.sw.kl_coef > 0:
                 with self._reference() as reference:
                     ref_logp = self._forward(reference, rows)[0]
             for j, i in enumerate(chunk):
                 n = len(rollouts[i].ids)
-                old[i] = logp[j, :n]
+                old[i], untempered[i] = logp[j, :n], raw[j, :n]
                 ref[i] = ref_logp[j, :n] if ref_logp is not None else None
                 hid[i] = h[j, :n] if h is not None else None
-        return old, (ref if self.sw.kl_coef > 0 else None), (hid if self.value is not None else None)
-
-    @torch.no_grad()
-    def _untempered(self, rollouts: Sequence[Rollout]) -> list[torch.Tensor]:
-        """Log-probabilities at temperature 1, only for the sampler/learner agreement check."""
-        out: list[torch.Tensor] = [torch.empty(0)] * len(rollouts)
-        for chunk in self._chunks(range(len(rollouts)), rollouts):
-            logp = self._forward(self.model, [rollouts[i] for i in chunk], temperature=1.0)[0]
-            for j, i in enumerate(chunk):
-                out[i] = logp[j, : len(rollouts[i].ids)]
-        return out
+        ref = ref if self.sw.kl_coef > 0 else None
+        return old, ref, (hid if self.value is not None else None), untempered
 
     @contextmanager
     def _reference(self) -> Iterator[nn.Module]:
@@ -192,12 +186,10 @@ class PolicyGradient:
     # ---- advantages -------------------------------------------------------------------------------
     def prepare(self, rollouts: Sequence[Rollout]) -> Prepared:
         """Score the rollouts, estimate advantages, and drop those below `min_abs_advantage`."""
-        old, ref, hidden = self._score(rollouts)
+        old, ref, hidden, untempered = self._score(rollouts)
         rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float64)
         groups = torch.tensor([r.group for r in rollouts])
         masks = [torch.tensor([float(t > 0) for t in r.turns]) for r in rollouts]
-        # The sampler stores the model's untempered log-probabilities (as vLLM does by default); compare those.
-        untempered = old if self.temperature == 1 else self._untempered(rollouts)
         stats = {"logprob_gap": _logprob_gap(rollouts, untempered)}
         returns = None
         if self.sw.advantage == "gae":
