@@ -5,6 +5,7 @@ gymflow play maze [--task-id ID]               # play an episode yourself
 gymflow solve maze --n 50 [--split eval] [--json]
 gymflow sql "select env, count(*) from episodes group by env"
 gymflow serve-model data/models/sft --port 8000   # an OpenAI-compatible /v1/completions server (as vLLM's)
+gymflow rl-noise data/models/sft --batches 8  # how much of an RL step (params.yaml's rl) is signal
 """
 
 from __future__ import annotations
@@ -146,6 +147,44 @@ def cmd_serve_model(args: argparse.Namespace) -> None:
     serve(args.path, args.host, args.port)
 
 
+def cmd_rl_noise(args: argparse.Namespace) -> None:
+    from gymflow.config import load_params  # torch loads only for this command
+    from gymflow.models.build import resolve
+    from gymflow.train.grad_noise import measure
+
+    if args.batches < 2:
+        raise UserError("--batches must be at least 2: the signal is what independent batches share")
+    params = load_params()
+    if params.rl is None or params.evaluate is None:
+        raise UserError("params.yaml needs `rl:` and `evaluate:` sections (see the README)")
+    if not args.agent.is_dir():
+        raise UserError(f"no agent in {args.agent}: pass a model folder a stage wrote, e.g. data/models/sft")
+    for env in params.rl.tasks:
+        if not tasks_file(args.data, env).exists():
+            raise UserError(f"no {env} tasks in {args.data}: run `dvc repro instructions` first")
+    tasks = {env: load_tasks(args.data, env, "train") for env in params.rl.tasks}
+    rows = measure(resolve(args.agent), tasks, params.rl, params.evaluate, args.batches, args.seed)
+    table = Table(
+        "env", "episodes / batch", "kept", "signal share", "control", "noise scale (episodes)", "= batches"
+    )
+    for r in rows:
+        table.add_row(
+            r["env"],
+            f"{r['episodes']:.0f}",
+            f"{r['kept']:.1f}",
+            f"{r['share']:+.3f}",
+            f"{r['control']:+.3f}",
+            f"{r['noise_scale']:.0f}",
+            f"{r['noise_scale'] / r['episodes']:.1f}",
+        )
+    console.print(table)
+    console.print(
+        "signal share: |mean gradient|^2 / mean |batch gradient|^2 over disjoint batches of fresh train tasks; "
+        "control: the same with rewards permuted within each group (the estimator's own spread around 0); "
+        "noise scale: the batch at which signal and noise are equal."
+    )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gymflow", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -173,6 +212,15 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
     serve.set_defaults(func=cmd_serve_model)
+    noise = sub.add_parser(
+        "rl-noise", help="measure how much of an RL step is signal (the gradient noise scale)"
+    )
+    noise.add_argument("agent", type=Path, nargs="?", default=Path("data/models/sft"))
+    noise.add_argument(
+        "--batches", type=int, default=8, help="independent batches (one iteration's draw each)"
+    )
+    noise.add_argument("--seed", type=int, default=0)
+    noise.set_defaults(func=cmd_rl_noise)
     return p
 
 

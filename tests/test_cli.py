@@ -64,6 +64,8 @@ def test_sql_over_rollouts(data):
         (["solve", "chess", "--n", "2"], "error: unknown environment 'chess'"),
         (["solve", "maze", "--n", "0"], "error: --n must be at least 1"),
         (["play", "maze", "--task-id", "nope"], "error: no task 'nope' for maze"),
+        (["rl-noise", "--batches", "1"], "error: --batches must be at least 2"),
+        (["rl-noise", "nowhere"], "error: no agent in nowhere"),
     ],
 )
 def test_user_mistakes_are_one_line_errors(data, args, message):

@@ -250,52 +250,66 @@ class PolicyGradient:
         size = -(-n // self.sw.minibatches)
         return [order[i : i + size] for i in range(0, n, size)]
 
+    def backward(
+        self, batch: Prepared, part: Sequence[int], units: Sequence[torch.Tensor]
+    ) -> dict[str, float]:
+        """Accumulate into the parameters' gradients the loss of the episodes `part` (their mean), in forward
+        passes of at most `max_tokens`; the part's sums of KL to the sampler, entropy and reply tokens."""
+        sums = dict.fromkeys(
+            ("kl", "entropy", "reply_tokens", "clipped", "units", "tokens", "kl_ref", "value_loss"), 0.0
+        )
+        for chunk in self._chunks(part, batch.rollouts):
+            rows = [batch.rollouts[i] for i in chunk]
+            logp, entropy, h, mask = self._forward(self.model, rows, hidden=self.value is not None)
+            old = _pad([batch.old_logp[i] for i in chunk], logp.shape[1])
+            adv = _pad([batch.advantages[i] for i in chunk], logp.shape[1])
+            unit = _pad([units[i] for i in chunk], logp.shape[1]).long()
+            reply = (unit > 0).float()
+            parts = clipped_objective(logp, old, adv, unit, self.sw.clip)
+            loss = parts.loss
+            if self.sw.kl_coef > 0:
+                ref = _pad([batch.ref_logp[i] for i in chunk], logp.shape[1])
+                kl_ref = kl_penalty(logp, ref, reply)
+                loss = loss + self.sw.kl_coef * kl_ref
+                sums["kl_ref"] += float(kl_ref.detach()) * len(chunk) / len(part)
+            (loss * len(chunk) / len(part)).backward()
+            if self.value is not None:
+                ret = _pad([batch.returns[i] for i in chunk], logp.shape[1])
+                pred = self.value(h)
+                value_loss = (((pred - ret) ** 2) * reply).sum() / reply.sum()
+                (value_loss * len(chunk) / len(part)).backward()
+                sums["value_loss"] += float(value_loss.detach()) * len(chunk) / len(part)
+            with torch.no_grad():
+                log_ratio = (logp - old) * reply
+                sums["kl"] += float(((log_ratio.exp() - 1) - log_ratio).sum())
+                sums["entropy"] += float((entropy * reply).sum())
+                sums["reply_tokens"] += float(reply.sum())
+            sums["clipped"] += float(parts.clipped)
+            sums["units"] += float(parts.units)
+            sums["tokens"] += int(mask.sum())
+        return sums
+
     def step(self, batch: Prepared) -> dict[str, float]:
         """`epochs` x `minibatches` clipped gradient steps on a prepared batch; the step's statistics."""
-        sums: dict[str, float] = {
-            k: 0.0
-            for k in ("clipped", "units", "kl", "entropy", "grad_norm", "steps", "kl_ref", "value_loss")
-        }
+        sums = dict.fromkeys(
+            ("clipped", "units", "kl", "entropy", "grad_norm", "steps", "kl_ref", "value_loss"), 0.0
+        )
         tokens, aborted = 0, False
         start = time.perf_counter()
         self.model.train()
-        units = [torch.tensor(unit_ids(r.turns, self.sw.level)) for r in batch.rollouts]
+        units = self.units(batch)
         for _ in range(self.sw.epochs):
             for part in self._minibatches(len(batch.rollouts)) if batch.rollouts else []:
                 self.optimizer.zero_grad()
                 if self.value is not None:
                     self.value_optimizer.zero_grad()
-                kl_sum = entropy_sum = reply_tokens = 0.0
-                for chunk in self._chunks(part, batch.rollouts):
-                    rows = [batch.rollouts[i] for i in chunk]
-                    logp, entropy, h, mask = self._forward(self.model, rows, hidden=self.value is not None)
-                    old = _pad([batch.old_logp[i] for i in chunk], logp.shape[1])
-                    adv = _pad([batch.advantages[i] for i in chunk], logp.shape[1])
-                    unit = _pad([units[i] for i in chunk], logp.shape[1]).long()
-                    reply = (unit > 0).float()
-                    parts = clipped_objective(logp, old, adv, unit, self.sw.clip)
-                    loss = parts.loss
-                    if self.sw.kl_coef > 0:
-                        ref = _pad([batch.ref_logp[i] for i in chunk], logp.shape[1])
-                        kl_ref = kl_penalty(logp, ref, reply)
-                        loss = loss + self.sw.kl_coef * kl_ref
-                        sums["kl_ref"] += float(kl_ref.detach()) * len(chunk) / len(part)
-                    (loss * len(chunk) / len(part)).backward()
-                    if self.value is not None:
-                        ret = _pad([batch.returns[i] for i in chunk], logp.shape[1])
-                        pred = self.value(h)
-                        value_loss = (((pred - ret) ** 2) * reply).sum() / reply.sum()
-                        (value_loss * len(chunk) / len(part)).backward()
-                        sums["value_loss"] += float(value_loss.detach()) * len(chunk) / len(part)
-                    with torch.no_grad():
-                        log_ratio = (logp - old) * reply
-                        kl_sum += float(((log_ratio.exp() - 1) - log_ratio).sum())
-                        entropy_sum += float((entropy * reply).sum())
-                        reply_tokens += float(reply.sum())
-                    sums["clipped"] += float(parts.clipped)
-                    sums["units"] += float(parts.units)
-                    tokens += int(mask.sum())
-                kl = kl_sum / max(reply_tokens, 1)
+                got = self.backward(batch, part, units)
+                sums["clipped"] += got["clipped"]
+                sums["units"] += got["units"]
+                sums["kl_ref"] += got["kl_ref"]
+                sums["value_loss"] += got["value_loss"]
+                tokens += int(got["tokens"])
+                kl = got["kl"] / max(got["reply_tokens"], 1)
                 if self.sw.kl_abort is not None and kl > self.sw.kl_abort:
                     aborted = True
                     break
@@ -305,7 +319,7 @@ class PolicyGradient:
                 if self.value is not None:
                     self.value_optimizer.step()
                 sums["kl"] += kl
-                sums["entropy"] += entropy_sum / max(reply_tokens, 1)
+                sums["entropy"] += got["entropy"] / max(got["reply_tokens"], 1)
                 sums["grad_norm"] += float(norm)
                 sums["steps"] += 1
             if aborted:
@@ -326,6 +340,10 @@ class PolicyGradient:
         if self.value is not None:
             out["value_loss"] = sums["value_loss"] / steps
         return out
+
+    def units(self, batch: Prepared) -> list[torch.Tensor]:
+        """Each kept episode's importance-weight unit per id, at the switches' level."""
+        return [torch.tensor(unit_ids(r.turns, self.sw.level)) for r in batch.rollouts]
 
 
 def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:

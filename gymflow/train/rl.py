@@ -110,16 +110,9 @@ def run_iteration(
     limit = rl.turn_limit(it)
     early = EarlyStop(rl.early_stop, 4) if rl.early_stop else None
     policy_hash = weights_hash(learner.model)
-    sampler.eval()
     start = time.perf_counter()
-    episodes: list[Episode] = []
-    jobs = 0
-    for env, env_tasks in tasks.items():
-        drawn = draw_tasks(env_tasks, rl.tasks[env], rl.seed, it)
-        env_jobs = [(t, k) for t in drawn for k in range(rl.samples)]
-        jobs += len(env_jobs)
-        horizon = min(limit, ENVS[env].spec.max_turns) if limit else None
-        episodes += rollout(sampler, fmt, env_jobs, sampling, horizon, generator, early)
+    drawn = {env: draw_tasks(env_tasks, rl.tasks[env], rl.seed, it) for env, env_tasks in tasks.items()}
+    episodes, jobs = collect(sampler, fmt, drawn, rl.samples, sampling, generator, limit, early)
     rollout_s = time.perf_counter() - start
     rollouts = learner_rollouts(episodes, fmt)
     start = time.perf_counter()
@@ -141,6 +134,29 @@ def run_iteration(
         row[f"success_{env}"] = _mean([float(ep.success) for ep in episodes if ep.task.env == env])
     row |= {k: v for k, v in stats.items() if k != "aborted"} | {"aborted": int(stats["aborted"])}
     return row | {"rollout_s": round(rollout_s, 1), "update_s": round(update_s, 1)}
+
+
+def collect(
+    sampler: torch.nn.Module,
+    fmt: ChatFormat,
+    drawn: dict[str, list[Task]],
+    samples: int,
+    sampling: SamplingConfig,
+    generator: torch.Generator,
+    limit: int | None = None,
+    early: EarlyStop | None = None,
+) -> tuple[list[Episode], int]:
+    """`samples` rollouts of every drawn task (a group each), at most `limit` turns; the finished episodes
+    and how many were asked for (early stop cancels the rest)."""
+    sampler.eval()
+    episodes: list[Episode] = []
+    jobs = 0
+    for env, env_tasks in drawn.items():
+        env_jobs = [(t, k) for t in env_tasks for k in range(samples)]
+        jobs += len(env_jobs)
+        horizon = min(limit, ENVS[env].spec.max_turns) if limit else None
+        episodes += rollout(sampler, fmt, env_jobs, sampling, horizon, generator, early)
+    return episodes, jobs
 
 
 def summarize(rows: list[dict[str, Any]], rl: RLParams, wall: float) -> dict[str, Any]:

@@ -1,0 +1,156 @@
+"""How much of an RL step is signal: the gradient noise scale of McCandlish et al. (2018, "An Empirical Model
+of Large-Batch Training"), measured for the policy-gradient objective from independent batches of fresh tasks.
+
+With g_i the objective's gradient over batch i, g_i = G + noise_i, the mean of <g_i, g_j> over pairs i != j
+estimates |G|^2 without bias and the mean of |g_i|^2 estimates |G|^2 + tr(Sigma) / B. Their ratio is the
+signal's share of a step's squared norm at batch B, and B (1 - share) / share is the batch at which noise and
+signal are equal (their B_simple). The control permutes the rewards within each group: the same episodes and
+advantage sizes with no link between them, so its share spreads around 0 by the estimator's own noise.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.config import EvalParams, RLParams
+from gymflow.envs.base import Task
+from gymflow.errors import UserError
+from gymflow.rollout.engine import SamplingConfig
+from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.rl import collect, learner_rollouts
+
+
+@dataclass
+class Energy:
+    """Running sums over independent batches' gradients, enough for the signal share without keeping them:
+    sum_{i != j} <g_i, g_j> = |sum_i g_i|^2 - sum_i |g_i|^2."""
+
+    total: torch.Tensor | None = None
+    own: float = 0.0
+    batches: int = 0
+
+    def add(self, grad: torch.Tensor) -> None:
+        grad = grad.double()
+        self.total = grad.clone() if self.total is None else self.total + grad
+        self.own += float(grad @ grad)
+        self.batches += 1
+
+    def share(self) -> float:
+        """|G|^2 / E|g|^2: 1 when every batch points the same way, around 0 when they are noise."""
+        n = self.batches
+        if n < 2 or self.own == 0:
+            return float("nan")
+        cross = (float(self.total @ self.total) - self.own) / (n * (n - 1))
+        return cross / (self.own / n)
+
+
+def noise_scale(share: float, batch: float) -> float:
+    """The batch (in `batch`'s units) at which the gradient's noise energy equals its signal's."""
+    return batch * (1 - share) / share if share > 0 else float("inf")
+
+
+def permute_rewards(rollouts: list[Rollout], seed: int) -> list[Rollout]:
+    """The control: each group's rewards shuffled among its episodes."""
+    rng = random.Random(seed)
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(rollouts):
+        groups.setdefault(r.group, []).append(i)
+    out = list(rollouts)
+    for members in groups.values():
+        rewards = [rollouts[i].reward for i in members]
+        rng.shuffle(rewards)
+        for i, reward in zip(members, rewards, strict=True):
+            out[i] = replace(rollouts[i], reward=reward)
+    return out
+
+
+def disjoint_draws(
+    tasks: dict[str, list[Task]], per_batch: dict[str, int], batches: int, seed: int
+) -> list[dict[str, list[Task]]]:
+    """`batches` draws of `per_batch` tasks per environment, no task in two draws (a shared task would
+    count its own features as signal)."""
+    pools = {}
+    for env, n in per_batch.items():
+        if n * batches > len(tasks[env]):
+            raise UserError(
+                f"{batches} batches of {n} {env} tasks need {n * batches} train tasks, there are "
+                f"{len(tasks[env])}: ask for --batches {len(tasks[env]) // n} or fewer"
+            )
+        pools[env] = random.Random(seed).sample(tasks[env], n * batches)
+    return [
+        {env: pool[b * per_batch[env] : (b + 1) * per_batch[env]] for env, pool in pools.items()}
+        for b in range(batches)
+    ]
+
+
+def gradient(learner: PolicyGradient, rollouts: list[Rollout]) -> tuple[torch.Tensor, int]:
+    """The flattened gradient of the learner's loss (its first step: the ratio is 1) over the kept episodes,
+    and how many were kept."""
+    batch = learner.prepare(rollouts)
+    learner.model.zero_grad()
+    if batch.rollouts:
+        learner.backward(batch, range(len(batch.rollouts)), learner.units(batch))
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in learner.params]
+    return torch.cat([g.flatten() for g in grads]).detach().clone(), len(batch.rollouts)
+
+
+def measure(
+    start_dir: str, tasks: dict[str, list[Task]], rl: RLParams, cfg: EvalParams, batches: int, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Per environment and for the whole mixture: episodes and kept episodes per batch (one iteration's draw
+    of `rl.tasks`, K = `rl.samples`), the signal share with its control, and the noise scale."""
+    tokenizer = AutoTokenizer.from_pretrained(start_dir)
+    fmt = ChatFormat(tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32)
+    learner = PolicyGradient(
+        model, rl.pg(), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, seed
+    )
+    learner.model.eval()  # no dropout in the measured gradient, as in the sampler
+    sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    generator = torch.Generator().manual_seed(seed)
+    envs = list(rl.tasks)
+    real = {env: Energy() for env in [*envs, "all"]}
+    control = {env: Energy() for env in [*envs, "all"]}
+    counts = {env: [0, 0] for env in [*envs, "all"]}  # episodes, kept
+    for b, drawn in enumerate(disjoint_draws(tasks, rl.tasks, batches, seed)):
+        mixture = {"real": [], "control": []}
+        for env in envs:
+            episodes, _ = collect(model, fmt, {env: drawn[env]}, rl.samples, sampling, generator)
+            rollouts = learner_rollouts(episodes, fmt)
+            for kind, energy, rs in (
+                ("real", real, rollouts),
+                ("control", control, permute_rewards(rollouts, seed * 1000 + b)),
+            ):
+                grad, kept = gradient(learner, rs)
+                energy[env].add(grad)
+                mixture[kind].append((grad, kept))
+                if kind == "real":
+                    counts[env][0] += len(rollouts)
+                    counts[env][1] += kept
+                    counts["all"][0] += len(rollouts)
+                    counts["all"][1] += kept
+        for kind, energy in (("real", real), ("control", control)):
+            kept = sum(k for _, k in mixture[kind])
+            energy["all"].add(sum(g * k for g, k in mixture[kind]) / max(kept, 1))  # the mixture's mean
+        print(f"batch {b + 1}/{batches}: {counts['all'][0]} episodes, {counts['all'][1]} kept")
+    rows = []
+    for env in [*envs, "all"]:
+        episodes, kept = (c / batches for c in counts[env])
+        share = real[env].share()
+        rows.append(
+            {
+                "env": env,
+                "episodes": episodes,
+                "kept": kept,
+                "share": share,
+                "control": control[env].share(),
+                "noise_scale": noise_scale(share, episodes),
+            }
+        )
+    return rows
