@@ -164,24 +164,25 @@ def cmd_rl_noise(args: argparse.Namespace) -> None:
             raise UserError(f"no {env} tasks in {args.data}: run `dvc repro instructions` first")
     tasks = {env: load_tasks(args.data, env, "train") for env in params.rl.tasks}
     rows = measure(resolve(args.agent), tasks, params.rl, params.evaluate, args.batches, args.seed)
-    table = Table(
-        "env", "episodes / batch", "kept", "signal share", "control", "noise scale (episodes)", "= batches"
-    )
+    table = Table("env", "episodes / batch", "kept", "signal share", "control", "noise scale (episodes)")
     for r in rows:
+        scale = f"{r['noise_scale']:.0f}"
+        if r["at_least"]:
+            scale = f">= {r['noise_scale_bound']:.0f}"
         table.add_row(
             r["env"],
             f"{r['episodes']:.0f}",
             f"{r['kept']:.1f}",
-            f"{r['share']:+.3f}",
+            f"{r['share']:+.3f} +- {r['stderr']:.3f}",
             f"{r['control']:+.3f}",
-            f"{r['noise_scale']:.0f}",
-            f"{r['noise_scale'] / r['episodes']:.1f}",
+            scale,
         )
     console.print(table)
     console.print(
-        "signal share: |mean gradient|^2 / mean |batch gradient|^2 over disjoint batches of fresh train tasks; "
-        "control: the same with rewards permuted within each group (the estimator's own spread around 0); "
-        "noise scale: the batch at which signal and noise are equal."
+        "signal share: |mean gradient|^2 / mean |batch gradient|^2 over disjoint batches of fresh train tasks "
+        "(+- its jackknife standard error); control: the same with rewards permuted within each group; "
+        "noise scale: the batch at which signal and noise are equal (>=: the share is within 2 standard errors "
+        "of 0, so only a lower bound)."
     )
 
 

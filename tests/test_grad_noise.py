@@ -9,13 +9,13 @@ from gymflow.config import PRESETS, PGSwitches
 from gymflow.envs.base import Task
 from gymflow.errors import UserError
 from gymflow.models.sampling import sample
-from gymflow.train.grad_noise import Energy, disjoint_draws, gradient, noise_scale, permute_rewards
+from gymflow.train.grad_noise import Batches, disjoint_draws, gradient, noise_scale, permute_rewards
 from gymflow.train.pg import PolicyGradient, Rollout
 
 
 def test_signal_share_by_hand():
     # g1 = (1, 0), g2 = (1, 2): the mean cross product is 1, the mean own square (1 + 5) / 2 = 3
-    energy = Energy()
+    energy = Batches()
     energy.add(torch.tensor([1.0, 0.0]))
     energy.add(torch.tensor([1.0, 2.0]))
     assert energy.share() == pytest.approx(1 / 3)
@@ -23,7 +23,7 @@ def test_signal_share_by_hand():
 
 
 def test_identical_batches_are_all_signal_and_one_batch_says_nothing():
-    energy = Energy()
+    energy = Batches()
     energy.add(torch.tensor([3.0, -1.0]))
     assert energy.share() != energy.share()  # nan: one batch cannot separate signal from noise
     energy.add(torch.tensor([3.0, -1.0]))
@@ -37,10 +37,29 @@ def test_share_recovers_a_known_signal_to_noise_ratio():
     d = 20_000
     s = torch.randn(d, generator=gen)
     s = s / s.norm()
-    energy = Energy()
+    energy = Batches()
     for _ in range(16):
         energy.add(1e-3 * (s + torch.randn(d, generator=gen) * (3 / d) ** 0.5))
     assert energy.share() == pytest.approx(0.25, abs=0.02)
+
+
+def test_jackknife_error_matches_the_spread_of_repeated_measurements():
+    """The standard error from one experiment's 8 batches against the standard deviation of the share over 30
+    repeated experiments (|s|^2 = 1, E|n|^2 = 30: share 1/31)."""
+    gen = torch.Generator().manual_seed(1)
+    d = 5_000
+    s = torch.randn(d, generator=gen)
+    s = s / s.norm()
+    shares, errors = [], []
+    for _ in range(30):
+        energy = Batches()
+        for _ in range(8):
+            energy.add(s + torch.randn(d, generator=gen) * (30 / d) ** 0.5)
+        shares.append(energy.share())
+        errors.append(energy.stderr())
+    spread = torch.tensor(shares).std().item()
+    assert 0.5 < (sum(errors) / len(errors)) / spread < 2, (errors, spread)
+    assert sum(shares) / len(shares) == pytest.approx(1 / 31, abs=spread)
 
 
 def test_control_permutes_rewards_within_groups_only():
@@ -97,7 +116,7 @@ def _parity_shares(tok, tasks: int, batches: int = 8) -> tuple[float, float]:
     learner = PolicyGradient(model, switches, lr=0.0, pad_id=tok.pad_token_id)
     generator = torch.Generator().manual_seed(0)
     prompts = [[5, 6], [7, 8]]
-    real, control = Energy(), Energy()
+    real, control = Batches(), Batches()
     for b in range(batches):
         groups = [g for g in range(tasks) for _ in range(8)]
         replies = sample(model, [prompts[g % 2] for g in groups], 1, [], 0, generator=generator)

@@ -4,14 +4,15 @@ of Large-Batch Training"), measured for the policy-gradient objective from indep
 With g_i the objective's gradient over batch i, g_i = G + noise_i, the mean of <g_i, g_j> over pairs i != j
 estimates |G|^2 without bias and the mean of |g_i|^2 estimates |G|^2 + tr(Sigma) / B. Their ratio is the
 signal's share of a step's squared norm at batch B, and B (1 - share) / share is the batch at which noise and
-signal are equal (their B_simple). The control permutes the rewards within each group: the same episodes and
+signal are equal (their B_simple); a share within two jackknife standard errors of 0 only bounds it from below.
+The control permutes the rewards within each group: the same episodes and
 advantage sizes with no link between them, so its share spreads around 0 by the estimator's own noise.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -27,27 +28,41 @@ from gymflow.train.rl import collect, learner_rollouts
 
 
 @dataclass
-class Energy:
-    """Running sums over independent batches' gradients, enough for the signal share without keeping them:
-    sum_{i != j} <g_i, g_j> = |sum_i g_i|^2 - sum_i |g_i|^2."""
+class Batches:
+    """Independent batches' gradients (kept: the estimate's error needs every pair's inner product)."""
 
-    total: torch.Tensor | None = None
-    own: float = 0.0
-    batches: int = 0
+    grads: list[torch.Tensor] = field(default_factory=list)
 
     def add(self, grad: torch.Tensor) -> None:
-        grad = grad.double()
-        self.total = grad.clone() if self.total is None else self.total + grad
-        self.own += float(grad @ grad)
-        self.batches += 1
+        self.grads.append(grad.detach().float().clone())
 
     def share(self) -> float:
         """|G|^2 / E|g|^2: 1 when every batch points the same way, around 0 when they are noise."""
-        n = self.batches
-        if n < 2 or self.own == 0:
+        return _share(self._gram())
+
+    def stderr(self) -> float:
+        """The share's jackknife standard error (each batch left out in turn)."""
+        gram, n = self._gram(), len(self.grads)
+        if n < 3:
             return float("nan")
-        cross = (float(self.total @ self.total) - self.own) / (n * (n - 1))
-        return cross / (self.own / n)
+        keep = [[j for j in range(n) if j != i] for i in range(n)]
+        loo = torch.tensor([_share(gram[k][:, k]) for k in keep], dtype=torch.float64)
+        return float(((n - 1) / n * ((loo - loo.mean()) ** 2).sum()).sqrt())
+
+    def _gram(self) -> torch.Tensor:
+        if not self.grads:
+            return torch.zeros(0, 0, dtype=torch.float64)
+        g = torch.stack(self.grads).double()
+        return g @ g.T
+
+
+def _share(gram: torch.Tensor) -> float:
+    n = gram.shape[0]
+    own = float(gram.trace())
+    if n < 2 or own == 0:
+        return float("nan")
+    cross = (float(gram.sum()) - own) / (n * (n - 1))
+    return cross / (own / n)
 
 
 def noise_scale(share: float, batch: float) -> float:
@@ -115,8 +130,8 @@ def measure(
     sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
     generator = torch.Generator().manual_seed(seed)
     envs = list(rl.tasks)
-    real = {env: Energy() for env in [*envs, "all"]}
-    control = {env: Energy() for env in [*envs, "all"]}
+    real = {env: Batches() for env in [*envs, "all"]}
+    control = {env: Batches() for env in [*envs, "all"]}
     counts = {env: [0, 0] for env in [*envs, "all"]}  # episodes, kept
     for b, drawn in enumerate(disjoint_draws(tasks, rl.tasks, batches, seed)):
         mixture = {"real": [], "control": []}
@@ -142,15 +157,19 @@ def measure(
     rows = []
     for env in [*envs, "all"]:
         episodes, kept = (c / batches for c in counts[env])
-        share = real[env].share()
+        share, stderr = real[env].share(), real[env].stderr()
         rows.append(
             {
                 "env": env,
                 "episodes": episodes,
                 "kept": kept,
                 "share": share,
+                "stderr": stderr,
                 "control": control[env].share(),
                 "noise_scale": noise_scale(share, episodes),
+                # below two standard errors the share is not told apart from 0: the scale is a lower bound
+                "at_least": share < 2 * stderr,
+                "noise_scale_bound": noise_scale(share + 2 * stderr, episodes),
             }
         )
     return rows
