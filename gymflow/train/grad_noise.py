@@ -112,7 +112,7 @@ def gradient(learner: PolicyGradient, rollouts: list[Rollout]) -> tuple[torch.Te
     if batch.rollouts:
         learner.backward(batch, range(len(batch.rollouts)), learner.units(batch))
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in learner.params]
-    return torch.cat([g.flatten() for g in grads]).detach().clone(), len(batch.rollouts)
+    return torch.cat([g.flatten() for g in grads]).detach(), len(batch.rollouts)  # cat copies
 
 
 def measure(
@@ -132,44 +132,39 @@ def measure(
     envs = list(rl.tasks)
     real = {env: Batches() for env in [*envs, "all"]}
     control = {env: Batches() for env in [*envs, "all"]}
-    counts = {env: [0, 0] for env in [*envs, "all"]}  # episodes, kept
+    episodes = dict.fromkeys(envs, 0)
+    kept = dict.fromkeys(envs, 0)
     for b, drawn in enumerate(disjoint_draws(tasks, rl.tasks, batches, seed)):
-        mixture = {"real": [], "control": []}
+        parts: dict[str, list[tuple[torch.Tensor, int]]] = {"real": [], "control": []}
         for env in envs:
-            episodes, _ = collect(model, fmt, {env: drawn[env]}, rl.samples, sampling, generator)
-            rollouts = learner_rollouts(episodes, fmt)
-            for kind, energy, rs in (
-                ("real", real, rollouts),
-                ("control", control, permute_rewards(rollouts, seed * 1000 + b)),
-            ):
-                grad, kept = gradient(learner, rs)
-                energy[env].add(grad)
-                mixture[kind].append((grad, kept))
-                if kind == "real":
-                    counts[env][0] += len(rollouts)
-                    counts[env][1] += kept
-                    counts["all"][0] += len(rollouts)
-                    counts["all"][1] += kept
-        for kind, energy in (("real", real), ("control", control)):
-            kept = sum(k for _, k in mixture[kind])
-            energy["all"].add(sum(g * k for g, k in mixture[kind]) / max(kept, 1))  # the mixture's mean
-        print(f"batch {b + 1}/{batches}: {counts['all'][0]} episodes, {counts['all'][1]} kept")
+            played, _ = collect(model, fmt, {env: drawn[env]}, rl.samples, sampling, generator)
+            rollouts = learner_rollouts(played, fmt)
+            episodes[env] += len(rollouts)
+            for kind, rs in (("real", rollouts), ("control", permute_rewards(rollouts, seed * 1000 + b))):
+                parts[kind].append(gradient(learner, rs))
+            kept[env] += parts["real"][-1][1]
+        for kind, estimate in (("real", real), ("control", control)):
+            for env, (grad, _) in zip(envs, parts[kind], strict=True):
+                estimate[env].add(grad)
+            n = sum(k for _, k in parts[kind])
+            estimate["all"].add(sum(g * k for g, k in parts[kind]) / max(n, 1))  # the mixture's mean
+        print(f"batch {b + 1}/{batches}: {sum(episodes.values())} episodes, {sum(kept.values())} kept")
+    episodes["all"], kept["all"] = sum(episodes.values()), sum(kept.values())
     rows = []
     for env in [*envs, "all"]:
-        episodes, kept = (c / batches for c in counts[env])
-        share, stderr = real[env].share(), real[env].stderr()
+        share, stderr, per_batch = real[env].share(), real[env].stderr(), episodes[env] / batches
         rows.append(
             {
                 "env": env,
-                "episodes": episodes,
-                "kept": kept,
+                "episodes": per_batch,
+                "kept": kept[env] / batches,
                 "share": share,
                 "stderr": stderr,
                 "control": control[env].share(),
-                "noise_scale": noise_scale(share, episodes),
+                "noise_scale": noise_scale(share, per_batch),
                 # below two standard errors the share is not told apart from 0: the scale is a lower bound
                 "at_least": share < 2 * stderr,
-                "noise_scale_bound": noise_scale(share + 2 * stderr, episodes),
+                "noise_scale_bound": noise_scale(share + 2 * stderr, per_batch),
             }
         )
     return rows
