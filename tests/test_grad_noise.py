@@ -17,19 +17,19 @@ from gymflow.train.pg import PolicyGradient, Rollout
 
 def test_signal_share_by_hand():
     # g1 = (1, 0), g2 = (1, 2): the mean cross product is 1, the mean own square (1 + 5) / 2 = 3
-    energy = Batches()
-    energy.add(torch.tensor([1.0, 0.0]))
-    energy.add(torch.tensor([1.0, 2.0]))
-    assert energy.share() == pytest.approx(1 / 3)
+    batches = Batches()
+    batches.add(torch.tensor([1.0, 0.0]))
+    batches.add(torch.tensor([1.0, 2.0]))
+    assert batches.share() == pytest.approx(1 / 3)
     assert noise_scale(1 / 3, 144) == pytest.approx(288)  # 144 * (2/3) / (1/3): noise equals signal there
 
 
 def test_identical_batches_are_all_signal_and_one_batch_says_nothing():
-    energy = Batches()
-    energy.add(torch.tensor([3.0, -1.0]))
-    assert math.isnan(energy.share())  # one batch cannot separate signal from noise
-    energy.add(torch.tensor([3.0, -1.0]))
-    assert energy.share() == pytest.approx(1.0) and noise_scale(1.0, 144) == 0
+    batches = Batches()
+    batches.add(torch.tensor([3.0, -1.0]))
+    assert math.isnan(batches.share())  # one batch cannot separate signal from noise
+    batches.add(torch.tensor([3.0, -1.0]))
+    assert batches.share() == pytest.approx(1.0) and noise_scale(1.0, 144) == 0
     assert noise_scale(0.0, 144) == float("inf") and noise_scale(-0.01, 144) == float("inf")
 
 
@@ -39,10 +39,10 @@ def test_share_recovers_a_known_signal_to_noise_ratio():
     d = 20_000
     s = torch.randn(d, generator=gen)
     s = s / s.norm()
-    energy = Batches()
+    batches = Batches()
     for _ in range(16):
-        energy.add(1e-3 * (s + torch.randn(d, generator=gen) * (3 / d) ** 0.5))
-    assert energy.share() == pytest.approx(0.25, abs=0.02)
+        batches.add(1e-3 * (s + torch.randn(d, generator=gen) * (3 / d) ** 0.5))
+    assert batches.share() == pytest.approx(0.25, abs=0.02)
 
 
 def test_jackknife_error_matches_the_spread_of_repeated_measurements():
@@ -54,11 +54,11 @@ def test_jackknife_error_matches_the_spread_of_repeated_measurements():
     s = s / s.norm()
     shares, errors = [], []
     for _ in range(30):
-        energy = Batches()
+        batches = Batches()
         for _ in range(8):
-            energy.add(s + torch.randn(d, generator=gen) * (30 / d) ** 0.5)
-        shares.append(energy.share())
-        errors.append(energy.stderr())
+            batches.add(s + torch.randn(d, generator=gen) * (30 / d) ** 0.5)
+        shares.append(batches.share())
+        errors.append(batches.stderr())
     spread = torch.tensor(shares).std().item()
     assert 0.5 < (sum(errors) / len(errors)) / spread < 2, (errors, spread)
     assert sum(shares) / len(shares) == pytest.approx(1 / 31, abs=spread)
