@@ -4,8 +4,8 @@
     python -m flows.evol_compare --table    # only the table of the experiments already run
 
 Every experiment starts from the same SFT agent (DVC restores the unchanged stages from its cache) and plays
-the same number of exploration episodes: 4 iterations of `evol.tasks` with 1 sample, or (RFT) one iteration
-with 4 samples. The control is AgentEvol with nothing kept. Each learns `evol.epochs` per iteration (times 4
+the same number of exploration episodes: M iterations of `evol.tasks` with 1 sample, or (RFT) one iteration
+with M samples. The control is AgentEvol with nothing kept. Each learns `evol.epochs` per iteration (times M
 for RFT's one round). The table (held-out greedy success per environment of every iteration's agent, mean and
 range over seeds) is printed, written to data/compare/evol.md and posted as a Prefect artifact.
 """
@@ -22,16 +22,23 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 from prefect import flow
 
 from flows.experiments import cell, experiment, finished, publish
-from gymflow.config import load_params
+from gymflow.config import EvolParams, load_params
 
 SEEDS = (0, 1)
 HEAD = "evol-agentevol-s0"  # params.yaml as committed
+VARIANTS = ("agentevol", "rft", "ei", "control")
 
 
-def variants(epochs: float) -> dict[str, list[str]]:
-    """`dvc exp run -S` overrides per variant, over the params.yaml default (AgentEvol, M = 4)."""
-    rft = ["~evol.iterations.evol2", "~evol.iterations.evol3", "~evol.iterations.evol4"]
-    rft += ["+evol.iterations.evol1.samples=4", f"evol.epochs={4 * epochs}", "evol.merge_sft=false"]
+def variants(evol: EvolParams) -> dict[str, list[str]]:
+    """`dvc exp run -S` overrides per variant, over the params.yaml default (AgentEvol's M iterations)."""
+    first, *rest = evol.iterations
+    m = 1 + len(rest)
+    rft = [f"~evol.iterations.{name}" for name in rest]
+    rft += [
+        f"+evol.iterations.{first}.samples={m}",
+        f"evol.epochs={m * evol.epochs:.6g}",
+        "evol.merge_sft=false",
+    ]
     return {
         "agentevol": [],
         "rft": rft + ["evol.learn_from=sft"],  # LOOP C.2: one round from the base agent, successes only
@@ -46,7 +53,7 @@ def table(repo: str, envs: list[str]) -> str:
     """Markdown: per variant, success per environment of each iteration's agent, mean (and range) over seeds."""
     runs = finished(repo, HEAD)
     lines = ["| variant | agent | seeds | " + " | ".join(envs) + " |", "|---" * (len(envs) + 3) + "|"]
-    for variant in variants(0):
+    for variant in VARIANTS:
         by_seed = [runs[f"evol-{variant}-s{s}"] for s in SEEDS if f"evol-{variant}-s{s}" in runs]
         if not by_seed:
             continue
@@ -62,7 +69,7 @@ def compare(repo: str = ".", run: bool = True) -> str:
     params = load_params(Path(repo) / "params.yaml")
     if run:
         done = finished(repo, HEAD)  # a rerun resumes: experiments already there are not run again
-        overrides = variants(params.evol.epochs)
+        overrides = variants(params.evol)
         plan = [(v, s) for s in SEEDS for v in overrides if v != "control"] + [("control", s) for s in SEEDS]
         for variant, seed in plan:  # the variants of one seed before the next seed; the control last
             name = f"evol-{variant}-s{seed}"

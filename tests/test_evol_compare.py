@@ -2,6 +2,7 @@
 
 import flows.evol_compare as compare
 from flows.experiments import completed
+from gymflow.config import EvolParams
 
 
 def metrics(**success):
@@ -22,11 +23,19 @@ def test_the_table_averages_each_variant_over_seeds_and_shows_the_range(monkeypa
     assert "| rft | evol1 | 1 | 0.45 |" in lines and not any(line.startswith("| ei ") for line in lines)
 
 
-def test_rft_is_one_round_of_four_samples_with_four_times_the_passes_and_the_control_keeps_nothing():
-    variants = compare.variants(0.15)
-    rft = variants["rft"]
-    assert "+evol.iterations.evol1.samples=4" in rft and "evol.epochs=0.6" in rft
-    assert {"~evol.iterations.evol2", "evol.merge_sft=false", "evol.learn_from=sft"} <= set(rft)
+def evol(m):
+    iterations = {"a": {"explorer": "sft"}} | {f"it{i}": {"explorer": "a"} for i in range(2, m + 1)}
+    return EvolParams(tasks={"maze": 5}, epochs=0.15, iterations=iterations)
+
+
+def test_rft_is_one_round_of_m_samples_with_m_times_the_passes_and_the_control_keeps_nothing():
+    rft = compare.variants(evol(4))["rft"]
+    assert "+evol.iterations.a.samples=4" in rft and "evol.epochs=0.6" in rft  # not 0.6000000000000001
+    removed = {"~evol.iterations.it2", "~evol.iterations.it3", "~evol.iterations.it4"}
+    assert removed | {"evol.merge_sft=false", "evol.learn_from=sft"} <= set(rft)
+    assert compare.variants(evol(1))["rft"][0] == "+evol.iterations.a.samples=1"  # nothing to remove
+    variants = compare.variants(evol(2))
+    assert {"~evol.iterations.it2", "+evol.iterations.a.samples=2", "evol.epochs=0.3"} <= set(variants["rft"])
     assert variants["ei"] == ["evol.learn_from=last", "evol.merge_sft=false"]
     assert variants["control"] == ["evol.threshold=2"]  # above any reward: every success is 1 or less
 
