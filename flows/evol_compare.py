@@ -32,7 +32,7 @@ VARIANTS = ("agentevol", "rft", "ei", "control")
 def variants(evol: EvolParams) -> dict[str, list[str]]:
     """`dvc exp run -S` overrides per variant, over the params.yaml default (AgentEvol's M iterations)."""
     first, *rest = evol.iterations
-    m = 1 + len(rest)
+    m = len(evol.iterations)
     rft = [f"~evol.iterations.{name}" for name in rest]
     rft += [
         f"+evol.iterations.{first}.samples={m}",

@@ -38,6 +38,7 @@ def test_rft_is_one_round_of_m_samples_with_m_times_the_passes_and_the_control_k
     assert {"~evol.iterations.it2", "+evol.iterations.a.samples=2", "evol.epochs=0.3"} <= set(variants["rft"])
     assert variants["ei"] == ["evol.learn_from=last", "evol.merge_sft=false"]
     assert variants["control"] == ["evol.threshold=2"]  # above any reward: every success is 1 or less
+    assert tuple(variants) == compare.VARIANTS  # the table lists the variants the flow runs, in that order
 
 
 def shown_rev(name, maze):
