@@ -83,12 +83,23 @@ class SFTParams(Section):
     batch_size: int = Field(8, ge=1, description="episodes per step")
     warmup: float = Field(0.05, ge=0, description="warm-up: a fraction of the steps (< 1) or a step count")
     max_length: int = Field(2048, ge=64, description="longer episodes are truncated")
-    bf16: bool = True
+    bf16: bool | Literal["auto"] = Field(
+        "auto",
+        description="bf16 autocast; auto: where the hardware computes bf16 natively (without it, CPU autocast "
+        "emulates bf16 and trains 12x slower than fp32 on an AVX2-only CPU)",
+    )
     lora_rank: int = Field(
         0, ge=0, description="0: full fine-tuning (the tiny default); > 0: LoRA of that rank"
     )
     seed: int = 0
     log_every: int = Field(10, ge=1)
+
+    @field_validator("bf16", mode="before")
+    @classmethod
+    def _bf16_choice(cls, value: object) -> object:
+        if value not in (True, False, "auto"):
+            raise ValueError(f"{value!r} is not a precision: use true, false or auto")
+        return value
 
 
 class EvalParams(Section):

@@ -36,6 +36,10 @@ def test_valid_params_load(tmp_path):
         ),
         (GOOD + "sft: {envs: {maze: 0}}\n", "sft.envs.maze: Input should be greater than 0"),
         (
+            GOOD + "sft: {envs: {maze: 1}, bf16: fast}\n",
+            "sft.bf16: 'fast' is not a precision: use true, false or auto",
+        ),
+        (
             GOOD + "evol: {tasks: {maze: 5}, iterations: {a: {explorer: sft}, b: {explorer: c}}}\n",
             "iteration b explores with 'c'; use sft or an earlier iteration \\['a'\\]",
         ),

@@ -1,6 +1,7 @@
 """SFT: the data it reads, the tokens it trains on (assistant replies only), and that it learns."""
 
 import csv
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import episode_tokens
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
-from gymflow.train.sft import conversations, mixture, train_sft
+from gymflow.train.sft import conversations, mixture, sft_args, train_sft, use_bf16
 
 TASKS = build_splits(Maze, 24, 0, seed=0)["train"]
 INFO = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert")
@@ -130,3 +131,15 @@ def test_our_loss_is_trls_loss_on_the_same_batch(tmp_path, data_dir, init_dir):
         with torch.no_grad():
             losses.append(float(trainer.compute_loss(trainer.model, batch)))
     assert losses[0] == pytest.approx(losses[1], rel=1e-5) and losses[0] > 1.0
+
+
+@pytest.mark.parametrize(
+    ("avx512_bf16", "amx", "expected"), [(False, False, False), (True, False, True), (False, True, True)]
+)
+def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch, avx512_bf16, amx, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    assert use_bf16("auto") is expected
+    assert use_bf16(True) is True and use_bf16(False) is False  # an explicit setting is obeyed
+    assert sft_args(SFTParams(envs={"maze": 1}), Path("out")).bf16 is expected

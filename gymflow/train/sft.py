@@ -87,6 +87,18 @@ class CurveWriter(TrainerCallback):
                 writer.writerows(self.rows)
 
 
+def use_bf16(setting: bool | str) -> bool:
+    """`sft.bf16` resolved: "auto" is bf16 where it is native (a CUDA device that has it; a CPU with AVX-512
+    BF16 or AMX). Elsewhere CPU autocast emulates bf16: 12x slower than fp32 on an AVX2-only EPYC here
+    (`python benchmarks/sft_precision.py`), where a CPU with AVX-512 BF16 trained 1.2-1.6x faster with it."""
+    if setting != "auto":
+        return bool(setting)
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private, so looked up with a default
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
 def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTConfig:
     """TRL's configuration for `cfg`: one pass over the mixture (`mixture`), assistant-only loss,
     length-grouped batches, ten checkpoints. Tokenized rows bring their own loss mask (`assistant_masks`,
@@ -103,7 +115,7 @@ def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTCo
         assistant_only_loss=not tokenized,
         padding_free=False,  # needs FlashAttention; on CPU, batches of similar length waste little instead
         train_sampling_strategy="group_by_length",
-        bf16=cfg.bf16,
+        bf16=use_bf16(cfg.bf16),
         use_cpu=not torch.cuda.is_available(),
         seed=cfg.seed,
         logging_steps=cfg.log_every,
@@ -153,5 +165,6 @@ def train_sft(
         "train_loss": round(result.training_loss, 4),
         "episodes": len(data),
         "tokens_per_second": round(tokens / wall),
+        "bf16": args.bf16,
         "wall_seconds": round(wall, 1),
     }
