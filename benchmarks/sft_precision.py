@@ -11,19 +11,14 @@ the initial model the pipeline built (`dvc repro init_model`).
 from __future__ import annotations
 
 import argparse
-import tempfile
-import time
-from dataclasses import replace
-from pathlib import Path
 
 import torch
-from datasets import Dataset
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from sft_throughput import agenttraj_episodes, timed_training  # benchmarks/, on the path as the script's dir
 
 from gymflow.config import SFTParams
-from gymflow.train.sft import AssistantLossTrainer, conversations, sft_args, use_bf16
+from gymflow.train.sft import AssistantLossTrainer, use_bf16
 
 
 def main() -> None:
@@ -34,28 +29,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
-    data = conversations("data/rollouts/trajectories", [args.env])[: args.episodes]
-    if not data:
-        raise SystemExit("no AgentTraj episodes: run `dvc repro init_model` first")
-    tokenizer = AutoTokenizer.from_pretrained("data/models/init")
+    data = agenttraj_episodes(args.env, args.episodes)
     table = Table("precision", "tokens/s", "final loss")
     speed = {}
     for bf16 in (False, True):
         cfg = SFTParams(envs={args.env: 1}, batch_size=args.batch, log_every=10**6, bf16=bf16)
-        with tempfile.TemporaryDirectory() as out:
-            trainer = AssistantLossTrainer(
-                model=AutoModelForCausalLM.from_pretrained("data/models/init"),
-                args=replace(sft_args(cfg, Path(out)), save_strategy="no", disable_tqdm=True),
-                train_dataset=Dataset.from_list(data),
-                processing_class=tokenizer,
-            )
-            tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
-            start = time.perf_counter()
-            result = trainer.train()
-            speed[bf16] = tokens / (time.perf_counter() - start)
-            table.add_row(
-                "bf16 autocast" if bf16 else "fp32", f"{speed[bf16]:.0f}", f"{result.training_loss:.4f}"
-            )
+        speed[bf16], loss = timed_training(AssistantLossTrainer, cfg, data)
+        table.add_row("bf16 autocast" if bf16 else "fp32", f"{speed[bf16]:.0f}", f"{loss:.4f}")
     Console().print(table)
     print(
         f"bf16 / fp32: {speed[True] / speed[False]:.2f}x on a CPU with {torch.backends.cpu.get_cpu_capability()} "

@@ -25,6 +25,29 @@ from gymflow.config import SFTParams
 from gymflow.train.sft import AssistantLossTrainer, conversations, sft_args
 
 
+def agenttraj_episodes(env: str, episodes: int) -> list:
+    """The first `episodes` AgentTraj conversations of `env`, as the pipeline wrote them."""
+    data = conversations("data/rollouts/trajectories", [env])[:episodes]
+    if not data:
+        raise SystemExit("no AgentTraj episodes: run `dvc repro init_model` first")
+    return data
+
+
+def timed_training(trainer_cls: type[SFTTrainer], cfg: SFTParams, data: list) -> tuple[float, float]:
+    """One pass of `trainer_cls` from the initial model over `data`: training tokens per second, final loss."""
+    with tempfile.TemporaryDirectory() as out:
+        trainer = trainer_cls(
+            model=AutoModelForCausalLM.from_pretrained("data/models/init"),
+            args=replace(sft_args(cfg, Path(out)), save_strategy="no", disable_tqdm=True),
+            train_dataset=Dataset.from_list(data),
+            processing_class=AutoTokenizer.from_pretrained("data/models/init"),
+        )
+        tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
+        start = time.perf_counter()
+        result = trainer.train()
+        return tokens / (time.perf_counter() - start), result.training_loss
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -33,26 +56,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=400)
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
-    data = conversations("data/rollouts/trajectories", [args.env])[: args.episodes]
-    if not data:
-        raise SystemExit("no AgentTraj episodes: run `dvc repro init_model` first")
+    data = agenttraj_episodes(args.env, args.episodes)
     cfg = SFTParams(envs={args.env: 1}, batch_size=args.batch, log_every=10**6)
-    tokenizer = AutoTokenizer.from_pretrained("data/models/init")
     table = Table("trainer", "tokens/s", "final loss")
     speed = {}
     for name, cls in [("TRL SFTTrainer", SFTTrainer), ("gymflow (model's own loss)", AssistantLossTrainer)]:
-        with tempfile.TemporaryDirectory() as out:
-            trainer = cls(
-                model=AutoModelForCausalLM.from_pretrained("data/models/init"),
-                args=replace(sft_args(cfg, Path(out)), save_strategy="no", disable_tqdm=True),
-                train_dataset=Dataset.from_list(data),
-                processing_class=tokenizer,
-            )
-            tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
-            start = time.perf_counter()
-            result = trainer.train()
-            speed[name] = tokens / (time.perf_counter() - start)
-            table.add_row(name, f"{speed[name]:.0f}", f"{result.training_loss:.4f}")
+        speed[name], loss = timed_training(cls, cfg, data)
+        table.add_row(name, f"{speed[name]:.0f}", f"{loss:.4f}")
     Console().print(table)
     base, ours = speed.values()
     print(f"gymflow / TRL: {ours / base:.2f}x ({args.episodes} {args.env} episodes, batch {args.batch})")
