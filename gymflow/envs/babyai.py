@@ -44,7 +44,7 @@ from minigrid.envs.babyai.core.verifier import (
     PutNextInstr,
 )
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, task_rng
+from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
 
 # Level families (the task categories) and the minigrid levels drawn for each; all fit well
 # inside 20 high-level actions.
@@ -270,9 +270,8 @@ class Game:
         action = re.sub(r"^pickup\b", "pick up", action)
         result = self._dispatch(action)
         if result is None:
-            shown = text.strip()[:40] + ("..." if len(text.strip()) > 40 else "")
             return (
-                f'Unknown action "{shown}". Valid actions look like "turn left" or '
+                f'Unknown action "{echo(text.strip())}". Valid actions look like "turn left" or '
                 f'"go to {self._example("go to")}"; "check available actions" lists them all.'
             )
         if self.done:
@@ -327,7 +326,7 @@ class Game:
             if len(match) >= index >= 1:
                 return match[index - 1]
         names = ", ".join(s.name for s in items) or "nothing"
-        return f'No "{ref_text[:40]}" in view; you see: {names}.'
+        return f'No "{echo(ref_text)}" in view; you see: {names}.'
 
     def _after(self, message: str) -> str:
         return f"{message} {self.describe()}".strip()

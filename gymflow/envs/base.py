@@ -8,9 +8,11 @@ A `Task` is one row of the instruction table. An `Env` plays one task at a time:
     thought, action = env.expert_step() # the expert solver's next move (privileged)
     env.close()
 
-Invalid or malformed actions are part of the game: `step` answers them with an observation that
-says what was wrong and never raises. Stepping a finished episode is a programming error and raises
-`EpisodeOver`.
+Invalid or malformed actions are part of the game: `step` answers any string with an observation that
+says what was wrong and never raises. It cleans the action once before the game sees it (`clean_action`:
+one line of printable text) and answers an over-long one itself, and games quote a rejected action
+through `echo`, so an observation stays bounded whatever the policy writes. Stepping a finished episode
+is a programming error and raises `EpisodeOver`; so is an action that is not a `str` (`TypeError`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
+
+MAX_ACTION_CHARS = 300  # about 3x the longest expert action (textcraft's 93); a longer one is not a command
+ECHO_CHARS = 40  # how much of a rejected action an observation quotes back
 
 
 class EpisodeOver(RuntimeError):
@@ -135,12 +141,24 @@ class Env(ABC):
         return self._reset(task)
 
     def step(self, action: str) -> Step:
+        """Play one action. The game's `_step` sees it cleaned (`clean_action`) and at most
+        MAX_ACTION_CHARS long: a longer action is answered here, as one turn that changes nothing."""
+        if not isinstance(action, str):
+            raise TypeError(f"{self.spec.name}: step() takes the action as str, not {type(action).__name__}")
         if self.done:
             raise EpisodeOver(
                 f"{self.spec.name}: step() after the episode ended; call reset() to start a new one"
             )
         self.turns += 1
-        step = self._step(action.strip())
+        text = action.strip()
+        if len(text) > MAX_ACTION_CHARS:
+            step = Step(
+                f"Action too long ({len(text)} characters, at most {MAX_ACTION_CHARS}). Write one short action.",
+                self.reward,
+                False,
+            )
+        else:
+            step = self._step(clean_action(text))
         self.reward = step.reward
         self.done = step.done
         return step
@@ -161,6 +179,28 @@ class Env(ABC):
 
     @abstractmethod
     def _step(self, action: str) -> Step: ...
+
+
+def clean_action(text: str) -> str:
+    """`text` as one line of printable text, stripped: control characters (NUL, newlines, the ESC that
+    starts a terminal escape sequence) and other separators become spaces, invisible format characters
+    (bidi overrides, zero-width spaces) go, and a lone surrogate, which no encoder accepts (the
+    ScienceWorld and TextWorld bridges raised on one), becomes U+FFFD."""
+    out = []
+    for ch in text:
+        kind = unicodedata.category(ch)
+        if kind == "Cc" or kind[0] == "Z":
+            out.append(" ")
+        elif kind == "Cs":
+            out.append("\ufffd")
+        elif kind != "Cf":
+            out.append(ch)
+    return "".join(out).strip()
+
+
+def echo(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` as an observation quotes it back: its first `limit` characters, "..." marking a cut."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def task_rng(*parts: object) -> random.Random:

@@ -39,7 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from gymflow.envs.base import Env, EnvSpec, NoExpert, Step, Task, task_rng
+from gymflow.envs.base import Env, EnvSpec, NoExpert, Step, Task, echo, task_rng
 
 # difficulty (walkthrough length) -> game settings
 LEVELS: dict[str, dict[str, int]] = {
@@ -213,7 +213,7 @@ def check_command(command: str, admissible: list[str]) -> str | None:
         return "Give one command at a time, without '.', ',', ';' or 'then'."
     verb = words[0]
     if verb not in VERBS:
-        return f"Unknown command '{verb}'. Start with one of: {', '.join(VERBS)}."
+        return f"Unknown command '{echo(verb)}'. Start with one of: {', '.join(VERBS)}."
     if verb == "go" and (len(words) != 2 or words[1] not in DIRECTIONS):
         return "Use 'go north', 'go south', 'go east' or 'go west'."
     if len(words) == 1 and verb not in NO_OBJECT_VERBS:

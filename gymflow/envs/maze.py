@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, task_rng
+from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 SIZES = {"5x5": 5, "6x6": 6, "7x7": 7}
@@ -138,7 +138,9 @@ class Maze(Env):
         direction = words[-1] if words and (len(words) == 1 or words[0] in ("move", "go")) else None
         if direction not in MOVES or len(words) > 2:
             return Step(
-                f'Invalid action "{action}". Use move up, move down, move left or move right.', 0.0, False
+                f'Invalid action "{echo(action)}". Use move up, move down, move left or move right.',
+                0.0,
+                False,
             )
         if direction not in self.open[self.pos[0]][self.pos[1]]:
             return Step(f"A wall blocks {direction}. {self._where()}", 0.0, False)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import minecraft_data
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, task_rng
+from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
 
 MC_VERSION = "1.16.2"
 DEPTHS = ["1", "2", "3", "4"]
@@ -361,7 +361,7 @@ class TextCraft(Env):
             return self._craft(text[6:].strip())
         if not text:
             return self._reply(f"Empty action. {USAGE}")
-        return self._reply(f"Could not execute {text[:40]}. {USAGE}")
+        return self._reply(f"Could not execute {echo(text)}. {USAGE}")
 
     def _reply(self, observation: str) -> Step:
         return Step(observation, 0.0, False)
@@ -374,10 +374,10 @@ class TextCraft(Env):
     def _get(self, rest: str) -> str:
         m = _COUNTED.match(rest)
         if not m:
-            return f"Say how many: get 1 {rest[:40] or 'oak log'}"
+            return f"Say how many: get 1 {echo(rest) or 'oak log'}"
         amount, item = int(m.group(1)), lookup(self.book, m.group(2))
         if item is None:
-            return f"Could not find {m.group(2)[:40]}"
+            return f"Could not find {echo(m.group(2))}"
         if not self.book.is_base(item):
             return f"Could not find {item}: it is crafted, not gathered"
         if amount < 1:
@@ -395,13 +395,13 @@ class TextCraft(Env):
         item = lookup(self.book, target_name)
         if item is None or item not in self.book.recipes:
             why = "it is a base item, get it" if item else "no such item"
-            return self._reply(f"Could not find a valid recipe for {normalise(target_name)[:40]}: {why}")
+            return self._reply(f"Could not find a valid recipe for {echo(normalise(target_name))}: {why}")
         given: Counter[str] = Counter()
         for part in used.split(","):
             pm = _COUNTED.match(part.strip())
             ingredient = lookup(self.book, pm.group(2)) if pm else None
             if pm is None or ingredient is None:
-                bad = part.strip()[:40]
+                bad = echo(part.strip())
                 return self._reply(
                     f"Wrong item format: {bad}. Write a count and a known item, e.g. 2 oak planks"
                 )

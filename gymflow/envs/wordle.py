@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, task_rng
+from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
 
 WORD_LEN = 5
 MAX_GUESSES = 6
@@ -264,10 +264,11 @@ class Wordle(Env):
     def _step(self, action: str) -> Step:
         word = parse_guess(action)
         if word is None or word not in guess_index():
-            shown = action if len(action) <= 20 else action[:20] + "..."
             reason = "not in the vocabulary" if word else "not a 5-letter word"
             return Step(
-                f'Invalid word "{shown}": {reason}. {FORMAT_HINT}; not counted, {self._left()}', 0.0, False
+                f'Invalid word "{echo(action)}": {reason}. {FORMAT_HINT}; not counted, {self._left()}',
+                0.0,
+                False,
             )
         marks = feedback(word, self.answer)
         self.history.append((word, marks))
