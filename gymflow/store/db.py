@@ -1,17 +1,23 @@
-"""DuckDB views over every table under `data/`, so a user asks SQL without knowing the file layout.
+"""DuckDB over every table under `data/`, so a user asks SQL without knowing the file layout.
 
-with connect("data") as db:
-    db.sql("select env, avg(reward) from episodes group by env").show()
+db = connect("data")                     # from code: a full DuckDB session, views read the files lazily
+db.sql("select env, avg(reward) from episodes group by env").show()
+db = read_only("data")                   # for SQL a user types (`gymflow sql`): reads and writes no file
 """
 
 from __future__ import annotations
 
+import unicodedata
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
+from rich.cells import cell_len
 
-from gymflow.store.io import check_version
+from gymflow.store.io import check_table
 from gymflow.store.schema import TABLES
 
 
@@ -22,22 +28,157 @@ def table_files(data_dir: str | Path, table: str) -> list[Path]:
 # Columns the views expose in a more useful type: success as 0/1, so `avg(success)` is a success rate.
 VIEW_COLUMNS = {"episodes": "replace (success::integer as success)"}
 
+# Applied in this order once the tables are in memory; `lock_configuration` last, so no SET can undo the rest.
+LOCKED = {
+    "temp_directory": "''",  # no spill files (DuckDB's default is ./.tmp); settable only before the next line
+    "enable_external_access": "false",  # no file or URL: read_*, glob, COPY, ATTACH of a file, EXPORT, INSTALL
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+    "allow_extension_repositories": "'forbidden'",
+    "allow_persistent_secrets": "false",  # a persistent secret is a file under ~/.duckdb
+    "python_enable_replacements": "false",  # no reading the caller's Python variables as tables
+    "lock_configuration": "true",
+}
 
-def connect(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with one view per table (`tasks`, `episodes`, `turns`).
 
-    A table with no files yet is an empty view with the right columns, so queries still run.
+def _create_tables(db: duckdb.DuckDBPyConnection, data_dir: str | Path, kind: str) -> list[str]:
+    """One `kind` ("view" or "table") per table; a table with no files yet is empty with the right columns.
+
+    Returns the names of the empty Arrow tables registered for those.
     """
-    db = duckdb.connect()
+    registered = []
     for table, schema in TABLES.items():
         files = table_files(data_dir, table)
         for f in files:
-            check_version(f)
-        raw = f"_{table}_files"
+            check_table(f, table)
         if files:
-            listing = ", ".join(f"'{f.as_posix()}'" for f in files)
-            db.execute(f"create view {raw} as select * from read_parquet([{listing}], union_by_name = true)")
+            listing = ", ".join("'" + f.as_posix().replace("'", "''") + "'" for f in files)
+            source = f"read_parquet([{listing}], union_by_name = true)"
         else:
-            db.register(raw, pa.Table.from_pylist([], schema=schema))
-        db.execute(f"create view {table} as select * {VIEW_COLUMNS.get(table, '')} from {raw}")
+            source = f"_{table}_empty"
+            db.register(source, pa.Table.from_pylist([], schema=schema))
+            registered.append(source)
+        db.execute(f"create {kind} {table} as select * {VIEW_COLUMNS.get(table, '')} from {source}")
+    return registered
+
+
+def connect(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with one view per table (`tasks`, `episodes`, `turns`) over the Parquet files.
+
+    A full DuckDB session, for gymflow's own queries and for Python users, who can touch any file anyway.
+    """
+    db = duckdb.connect()
+    _create_tables(db, data_dir, "view")
     return db
+
+
+def read_only(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
+    """The same tables copied into memory, in a DuckDB that then reads and writes no file and loads no extension.
+
+    The tables are copied rather than left as views because allowing their files (`allowed_paths`) would also
+    allow writing them: `COPY ... TO` a tracked file with `use_tmp_file false` overwrites it. Over `connect`,
+    the copy costs about 0.3 s and 90 MiB for 14 MB of Parquet (the default run's size), 2 s and 500 MiB for
+    ten times that (benchmarks/sql_console.py). The copies can be changed, but only in this process's memory.
+    """
+    db = duckdb.connect()
+    db.execute("set enable_progress_bar = false")  # it would print into the results
+    for name in interruptible(db, lambda: _create_tables(db, data_dir, "table")):
+        db.unregister(name)
+    for name, value in LOCKED.items():
+        db.execute(f"set {name} = {value}")
+    return db
+
+
+def text_rows(rel: duckdb.DuckDBPyRelation, limit: int) -> tuple[list[list[str | None]], int]:
+    """The first `limit` rows (0: all) as DuckDB writes each value as text (NULL as None), and the row count.
+
+    One run, streamed: the rows after the first `limit` are only counted. A run-time error can come mid-stream,
+    where pyarrow raises it as an OSError with DuckDB's message.
+    """
+    rows: list[list[str | None]] = []
+    total = 0
+    for batch in rel.project("columns(*)::varchar").to_arrow_reader(8192):
+        take = batch.num_rows if limit == 0 else min(batch.num_rows, max(limit - len(rows), 0))
+        if take:
+            columns = [c.to_pylist() for c in batch.slice(0, take).columns]
+            rows.extend(map(list, zip(*columns, strict=True)))
+        total += batch.num_rows
+    return rows, total
+
+
+T = TypeVar("T")
+
+
+def interruptible(db: duckdb.DuckDBPyConnection, work: Callable[[], T]) -> T:
+    """`work()` (queries on `db`) in a worker thread, so that Ctrl-C interrupts it.
+
+    DuckDB 2.0 stops a query on SIGINT itself only in some calls (a long count streamed to Arrow ran on for
+    minutes), and then as a RuntimeError. Here the main thread waits, takes the KeyboardInterrupt, and
+    interrupts the connection until the work has stopped.
+    """
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(work)
+        try:
+            while True:
+                try:
+                    return future.result(timeout=0.1)  # wakes up, so a signal is seen whichever thread got it
+                except TimeoutError:
+                    pass
+        except KeyboardInterrupt:
+            while not future.done():  # the work may start another query after the first is interrupted
+                db.interrupt()
+                wait([future], timeout=0.1)
+            raise
+
+
+def run_query(
+    db: duckdb.DuckDBPyConnection, query: str, limit: int
+) -> tuple[list[str], list[list[str | None]], int] | None:
+    """Run `query` (Ctrl-C interrupts it): its column names, its first `limit` rows as text (0: all) and its
+    row count; None for a statement that returns no rows."""
+
+    def work() -> tuple[list[str], list[list[str | None]], int] | None:
+        rel = db.sql(query)
+        return None if rel is None else (rel.columns, *text_rows(rel, limit))
+
+    return interruptible(db, work)
+
+
+def _visible(text: str) -> str:
+    """`text` as it is, but tabs as spaces and other control characters escaped (`\\x1b`), which a terminal
+    would otherwise act on."""
+    out = []
+    for ch in text.expandtabs(8):
+        if ch != "\n" and unicodedata.category(ch) == "Cc":
+            ch = f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+        out.append(ch)
+    return "".join(out)
+
+
+def box(columns: Sequence[str], rows: Sequence[Sequence[str | None]]) -> str:
+    """A table drawn around the cells as they are: nothing wrapped, cut or read as markup; a multi-line cell
+    spans several lines, and a wide cell widens its column (the terminal or `less -S` handles the width)."""
+    table = [list(columns), *(["NULL" if v is None else v for v in row] for row in rows)]
+    cells = [[_visible(v).split("\n") for v in row] for row in table]
+    widths = [max(cell_len(line) for row in cells for line in row[i]) for i in range(len(columns))]
+
+    def rule(left: str, mid: str, right: str, fill: str) -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + right
+
+    def lines(row: list[list[str]], bar: str) -> list[str]:
+        height = max(len(c) for c in row)
+        padded = [
+            [f" {line}{' ' * (w - cell_len(line))} " for line in c + [""] * (height - len(c))]
+            for c, w in zip(row, widths, strict=True)
+        ]
+        return [bar + bar.join(parts) + bar for parts in zip(*padded, strict=True)]
+
+    multiline = any(len(c) > 1 for row in cells[1:] for c in row)
+    out = [rule("┏", "┳", "┓", "━"), *lines(cells[0], "┃"), rule("┡", "╇", "┩", "━")]
+    for i, row in enumerate(cells[1:]):
+        if multiline and i:
+            out.append(rule("├", "┼", "┤", "─"))  # rows apart, when a cell spans lines
+        out += lines(row, "│")
+    out.append(rule("└", "┴", "┘", "─"))
+    return "\n".join(out)
