@@ -27,7 +27,7 @@ def make_episode(sample: int, reward: float) -> Episode:
         ),
         Message("user", "pos 1,0", reward=reward),
     ]
-    return Episode(TASK, msgs, reward, reward >= 1, 1, 15, "done", 0.5, sample=sample)
+    return Episode(TASK, msgs, reward, reward >= 1, 1, 15, "done", sample=sample)
 
 
 def test_round_trip_keeps_every_field(tmp_path):

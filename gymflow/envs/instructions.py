@@ -9,13 +9,14 @@ import dataclasses
 import itertools
 import os
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 
 from gymflow.envs import ENVS
 from gymflow.envs.base import Env, Task
 from gymflow.errors import UserError
-from gymflow.store.io import read_rows, table_path, write_rows
+from gymflow.store.io import read_rows, rebuild_hint, table_path, write_rows
+from gymflow.workers import worker_pool
 
 
 def quotas(n: int, levels: list[str], capacity: dict[str, int]) -> dict[str, int]:
@@ -98,7 +99,11 @@ def load_tasks(data_dir: str | Path, env: str, split: str | None = None) -> list
     path = tasks_file(data_dir, env)
     if not path.exists():
         raise UserError(f"no instructions for {env!r} in {path.parent}: run `dvc repro instructions` first")
-    tasks = [Task.from_row(r) for r in read_rows(path)]
+    rows = read_rows(path, "tasks")  # a damaged file is a one-line error that says how to rebuild it
+    try:
+        tasks = [Task.from_row(r) for r in rows]
+    except (ValueError, TypeError, KeyError) as e:  # the right columns, but values no Task holds
+        raise UserError(f"{path} has a task that does not load ({e}): {rebuild_hint(path)}") from None
     return [t for t in tasks if split is None or t.split == split]
 
 
@@ -114,7 +119,7 @@ def build_all(
 ) -> Iterator[tuple[str, dict[str, int]]]:
     """`build_env` for every env -> (train, eval) in `sizes`, one process per core, yielded as each ends:
     the slow ones (TextWorld games, ScienceWorld gold paths) overlap (`benchmarks/parallel_envs.py`)."""
-    with ProcessPoolExecutor(max(1, min(len(sizes), os.cpu_count() or 1))) as pool:
+    with worker_pool(max(1, min(len(sizes), os.cpu_count() or 1))) as pool:  # workers die with the stage
         jobs = {pool.submit(build_env, data_dir, env, *n, seed): env for env, n in sizes.items()}
         for job in as_completed(jobs):
             yield jobs[job], job.result()

@@ -7,7 +7,6 @@ An environment whose rollouts were written with the same settings is not played 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,9 @@ from gymflow.config import EvalParams
 from gymflow.envs.base import Task
 from gymflow.eval.metrics import summarize
 from gymflow.rollout.engine import SamplingConfig
-from gymflow.rollout.play import SPEED_KEY, load_policy, play
+from gymflow.rollout.play import load_policy, play, stored_speed
 from gymflow.rollout.records import RunInfo
-from gymflow.store.io import file_metadata, read_rows
+from gymflow.store.io import read_rows
 
 
 def evaluate_policy(
@@ -44,5 +43,5 @@ def summarize_file(path: Path, k: int) -> dict[str, Any]:
     """The metrics of one stored evaluation, read back from its episodes table; "all" carries the speed of
     the rollouts that wrote it."""
     summary = summarize(read_rows(path), k)
-    summary["all"].update(json.loads(file_metadata(path).get(SPEED_KEY, "{}")))
+    summary["all"].update(stored_speed(path))
     return summary

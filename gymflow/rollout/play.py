@@ -16,18 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
 from gymflow.envs.base import Task
-from gymflow.models.build import resolve
+from gymflow.models.build import load_tokenizer, resolve
 from gymflow.models.openai_client import CompletionClient
 from gymflow.rollout.agenttraj import is_current, write_episodes
 from gymflow.rollout.engine import SamplingConfig, rollout
 from gymflow.rollout.records import Episode, RunInfo, config_hash
-from gymflow.store.io import table_path
-
-SPEED_KEY = "gymflow.rollout_speed"
+from gymflow.store.io import file_metadata, table_path, write_text
 
 
 @dataclass
@@ -44,7 +42,7 @@ def load_policy(name: str, model_dir: str | Path, server: str | None = None) -> 
     source = resolve(model_dir)
     device = "cuda" if torch.cuda.is_available() and not server else "cpu"
     model = AutoModelForCausalLM.from_pretrained(source).to(device).eval()
-    fmt = ChatFormat(AutoTokenizer.from_pretrained(source))
+    fmt = ChatFormat(load_tokenizer(source))
     return Policy(name, CompletionClient(server) if server else model, fmt, weights_hash(model))
 
 
@@ -71,9 +69,26 @@ def play(
             for ep in rollout(policy.sampler, policy.fmt, run, sampling, generator=generator)
         ]
         speed = rollout_speed(episodes, time.perf_counter() - start)
-        meta = {"gymflow.config_hash": digest, SPEED_KEY: json.dumps(speed)}
-        write_episodes(folder, prefix, episodes, info, meta)
+        write_text(speed_path(folder, prefix), json.dumps({"config_hash": digest, **speed}) + "\n")
+        write_episodes(folder, prefix, episodes, info, {"gymflow.config_hash": digest})
     return table_path(folder, prefix, "episodes")
+
+
+def speed_path(folder: Path, prefix: str) -> Path:
+    """Where the speed of the rollouts in `folder/<prefix>.*` waits for the metrics: beside the tracked folder,
+    not in it, so that the tables' bytes follow from what was played (a rerun writes the same files)."""
+    return folder.parent / f".{folder.name}.speed" / f"{prefix}.json"
+
+
+def stored_speed(episodes: Path) -> dict[str, float]:
+    """The speed recorded when the episodes table `episodes` was played; empty if there is none for it."""
+    path = speed_path(episodes.parent, episodes.name.removesuffix(".episodes.parquet"))
+    try:
+        speed = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    digest = speed.pop("config_hash", None) if isinstance(speed, dict) else None
+    return speed if digest == file_metadata(episodes).get("gymflow.config_hash") else {}
 
 
 def rollout_speed(episodes: list[Episode], seconds: float) -> dict[str, float]:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from transformers import PreTrainedTokenizerBase
 
 from gymflow.agent.chat import ChatFormat
@@ -25,7 +24,7 @@ from gymflow.rollout.engine import SamplingConfig, episode_tokens
 from gymflow.rollout.play import load_policy, play
 from gymflow.rollout.records import Message, RunInfo
 from gymflow.store.db import connect
-from gymflow.store.io import atomic_path
+from gymflow.store.io import write_table
 from gymflow.train.sft import conversations
 
 # The filter: explored episodes of one iteration that succeeded (each environment's own rule: AgentGym's binary
@@ -138,8 +137,7 @@ def learning_set(
 
 def write_kept(path: Path, kept: list[dict[str, Any]]) -> None:
     """The iteration's filtered data set: kept episodes with the exact ids and mask they are trained on."""
-    with atomic_path(path) as tmp:
-        pq.write_table(pa.Table.from_pylist(kept, schema=KEPT_SCHEMA), tmp)
+    write_table(path, pa.Table.from_pylist(kept, schema=KEPT_SCHEMA))
 
 
 def sft_rows(data_dir: Path, envs: list[str], tokenizer: PreTrainedTokenizerBase) -> dict[str, list[Row]]:
