@@ -36,12 +36,14 @@ def iteration_arg(params: Params, stage: str) -> str:
     return sys.argv[1]
 
 
-def run_stage(main: Callable[[], None]) -> None:
+def run_stage(main: Callable[[], None], resume_note: str = "nothing is kept; run the stage again") -> None:
+    """Run a stage's `main`: a user's mistake is one line (exit 2); Ctrl-C prints `resume_note`, what the stage
+    keeps and what a rerun does (exit 130, as a shell reports SIGINT)."""
     try:
         main()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("interrupted: finished environments are kept; run the stage again to resume", file=sys.stderr)
+        print(f"interrupted: {resume_note}", file=sys.stderr)
         sys.exit(130)

@@ -40,4 +40,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, resume_note="finished environments are kept; run the stage again to play the others")

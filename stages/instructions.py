@@ -22,4 +22,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, resume_note="nothing is kept; run the stage again to draw every environment's tasks")

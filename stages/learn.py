@@ -9,11 +9,9 @@ on), data/models/<iteration>, data/plots/learn/<iteration>.csv and data/metrics/
 from collections import defaultdict
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
-from gymflow.models.build import resolve
+from gymflow.models.build import load_tokenizer, resolve
 from gymflow.stage import iteration_arg, run_stage, write_metrics
 from gymflow.train.evol import kept_episodes, learning_set, sft_rows, write_kept
 from gymflow.train.sft import train_sft
@@ -23,7 +21,7 @@ def main() -> None:
     params = load_params()
     name = iteration_arg(params, "learn")
     settings, explorer = params.evol.at(name), params.evol.iterations[name].explorer
-    tokenizer = AutoTokenizer.from_pretrained(resolve("data/models/init"))
+    tokenizer = load_tokenizer(resolve("data/models/init"))
     rollouts = Path("data/rollouts/explore") / name
     kept = kept_episodes(rollouts, params.evol.index(name), settings.threshold, ChatFormat(tokenizer))
     write_kept(Path("data/evol") / f"{name}.kept.parquet", kept)
@@ -48,4 +46,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(
+        main,
+        resume_note="the last checkpoint (data/models/<iteration>.checkpoints) is kept; run the stage again to resume from it",
+    )

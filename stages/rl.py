@@ -4,8 +4,8 @@
     dvc exp run -S rl.algorithm=grpo       # another preset; `python -m flows.rl_compare` runs them all
 Writes data/models/rl, data/rollouts/rl/it<iteration>.{episodes,turns}.parquet (every training episode, each
 reply with its advantage), data/plots/rl.csv (per iteration: reward, success, clip fraction, KL, entropy,
-gradient norm, fraction filtered, tokens per second) and data/metrics/rl.json. Held-out success is
-`evaluate@rl`'s.
+gradient norm, fraction filtered) and data/metrics/rl.json (with the timings: tokens per second, seconds of
+rollouts and updates). Held-out success is `evaluate@rl`'s.
 """
 
 from pathlib import Path
@@ -46,4 +46,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(
+        main,
+        resume_note="finished iterations are kept (data/models/rl.checkpoints); run the stage again to resume after the last",
+    )

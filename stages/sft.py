@@ -32,4 +32,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(
+        main,
+        resume_note="the last checkpoint (data/models/sft.checkpoints) is kept; run the stage again to resume from it",
+    )

@@ -52,7 +52,7 @@ def test_rollout_speed_counts_episodes_steps_and_generated_tokens():
         messages = [Message("system", "s"), Message("user", "o")]
         for ids in replies:  # observations carry no sampled ids and must not count
             messages += [Message("assistant", "a", token_ids=ids), Message("user", "o")]
-        return Episode(task, messages, 0.0, False, len(replies), 15, "done", 0.0)
+        return Episode(task, messages, 0.0, False, len(replies), 15, "done")
 
     speed = rollout_speed([episode([[1, 2, 3], [4]]), episode([[5, 6]])], seconds=2.0)
     assert speed == {"episodes_per_s": 1.0, "steps_per_s": 1.5, "tokens_per_s": 3}

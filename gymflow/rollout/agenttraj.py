@@ -11,8 +11,6 @@ import contextlib
 import json
 import os
 import queue
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import Manager
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +21,8 @@ from gymflow.envs.base import Task
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import Episode, RunInfo, episode_rows
 from gymflow.store.db import connect
-from gymflow.store.io import file_metadata, table_path, write_rows, write_text
-from gymflow.store.schema import SCHEMA_VERSION, VERSION_KEY
+from gymflow.store.io import file_metadata, is_intact, table_path, write_rows, write_text
+from gymflow.workers import manager, worker_pool
 
 AGENTGYM_ACK = "OK. I'll follow your instructions and try my best to solve the task."
 
@@ -44,10 +42,10 @@ def to_agentgym(ep: Episode) -> dict[str, Any]:
 
 
 def is_current(folder: Path, env: str, digest: str) -> bool:
-    """Whether an environment's tables were written with these settings and this schema (resume skips it)."""
-    paths = [table_path(folder, env, "episodes"), table_path(folder, env, "turns")]
-    wanted = {"gymflow.config_hash": digest, VERSION_KEY.decode(): str(SCHEMA_VERSION)}
-    return all(p.exists() and wanted.items() <= file_metadata(p).items() for p in paths)
+    """Whether an environment's tables were written with these settings and read whole with this schema
+    (resume skips it); a damaged one is written again."""
+    wanted = {"gymflow.config_hash": digest}
+    return all(is_intact(table_path(folder, env, table), table, wanted) for table in ("episodes", "turns"))
 
 
 def collect(
@@ -56,14 +54,15 @@ def collect(
     """Run the expert on every task, keep the successes, write the tables and the JSON.
 
     Environments play in parallel, one process per core (the slow ones, TextWorld compiles and ScienceWorld,
-    overlap); each writes its own files when done, so an interrupted run keeps the finished ones.
+    overlap); each writes its own files when done, so an interrupted run keeps the finished ones. The workers
+    die with the stage (`gymflow.workers`): a killed stage leaves no process behind that writes later.
     """
     rollout_dir, json_dir = Path(rollout_dir), Path(json_dir)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    with Progress(*columns) as progress, Manager() as manager:
-        done = manager.Queue()  # one env name per task played: the workers' progress
+    with Progress(*columns) as progress, manager() as shared:
+        done = shared.Queue()  # one env name per task played: the workers' progress
         bars, jobs = {}, []
-        with ProcessPoolExecutor(max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
+        with worker_pool(max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
             for env_name, env_tasks in tasks.items():
                 digest = f"{info.config_hash}-{len(env_tasks)}"
                 if is_current(rollout_dir, env_name, digest) and (json_dir / f"{env_name}.json").exists():

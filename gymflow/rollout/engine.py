@@ -34,7 +34,7 @@ from gymflow.rollout.records import Episode, Message
 class SamplingConfig:
     temperature: float = 1.0  # 0: greedy
     top_p: float = 1.0
-    max_new_tokens: int = 96  # per reply; must exceed the longest thought (DESIGN.md)
+    max_new_tokens: int = 96  # per reply; must exceed the longest thought, or replies are cut off
     max_length: int = 4096  # tokens per episode; an episode that would pass it ends ("length_limit")
     batch_size: int = 32  # episodes sharing one cache
 
@@ -60,7 +60,6 @@ class _Running:
 
     def __init__(self, env: Env, task: Task, sample: int, horizon: int, fmt: ChatFormat) -> None:
         self.env, self.task, self.sample, self.horizon = env, task, sample, horizon
-        self.start = time.perf_counter()
         observation = env.reset(task)
         self.messages = [Message("system", env.spec.system_prompt), Message("user", observation)]
         self.ids = fmt.prompt(env.spec.system_prompt, observation)  # the sequence the next reply continues
@@ -76,7 +75,6 @@ class _Running:
             turns=self.env.turns,
             horizon=self.horizon,
             end_reason=reason,
-            wall_time=time.perf_counter() - self.start,
             sample=self.sample,
             tokens=len(self.ids),
         )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from gymflow.agent.react import format_react
 from gymflow.envs.base import Env, Task
 from gymflow.rollout.records import Episode, Message
@@ -12,7 +10,6 @@ from gymflow.rollout.records import Episode, Message
 def run_expert(env: Env, task: Task, max_turns: int | None = None) -> Episode:
     """Play `task` with the expert solver for at most `max_turns` turns (default: the env's limit)."""
     horizon = max_turns or env.spec.max_turns
-    start = time.perf_counter()
     messages = [Message("system", env.spec.system_prompt), Message("user", env.reset(task))]
     end_reason, reward = "turn_limit", 0.0
     for _ in range(horizon):
@@ -32,5 +29,4 @@ def run_expert(env: Env, task: Task, max_turns: int | None = None) -> Episode:
         turns=env.turns,
         horizon=horizon,
         end_reason=end_reason,
-        wall_time=time.perf_counter() - start,
     )

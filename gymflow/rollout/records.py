@@ -30,7 +30,6 @@ class Episode:
     turns: int
     horizon: int
     end_reason: str  # done | turn_limit | length_limit | error
-    wall_time: float
     sample: int = 0
     tokens: int | None = None
 
@@ -76,7 +75,6 @@ def episode_rows(ep: Episode, info: RunInfo) -> tuple[dict[str, Any], list[dict[
         "horizon": ep.horizon,
         "end_reason": ep.end_reason,
         "tokens": ep.tokens,
-        "wall_time": ep.wall_time,
     }
     turns = [
         {

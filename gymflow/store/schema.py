@@ -2,14 +2,16 @@
 
 Every file carries `SCHEMA_VERSION` in its Parquet metadata; readers refuse files of another version
 with an error that says how to rebuild them. Token columns exist from the start and stay empty
-(null / empty lists) until a model samples them: expert trajectories have no sampled tokens.
+(null / empty lists) until a model samples them: expert trajectories have no sampled tokens. No column holds
+a wall-clock time: a rerun with the same inputs writes the same bytes, so DVC reruns nothing after it
+(timings go to the metrics files).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: episode ids name the policy
+SCHEMA_VERSION = 3  # 2: episode ids name the policy; 3: no wall time (a table's bytes follow from its inputs)
 VERSION_KEY = b"gymflow.schema_version"
 
 TASKS = pa.schema(
@@ -46,7 +48,6 @@ EPISODES = pa.schema(
         ("horizon", pa.int32()),  # the turn limit in force
         ("end_reason", pa.string()),  # done | turn_limit | length_limit | error
         ("tokens", pa.int32()),  # tokens in the whole sequence; null until a tokenizer exists
-        ("wall_time", pa.float64()),  # seconds
     ]
 )
 

@@ -3,32 +3,40 @@ one `PolicyGradient` update (LOOP Algorithm 1; the algorithm is `rl.algorithm`'s
 
 Every iteration's episodes go to the rollout tables (stage "rl", the iteration's number; each reply carries the
 advantage it was weighted with), its statistics to a CSV that `dvc plots` draws, and the learner's state to a
-checkpoint, so an interrupted run resumes at the next iteration with the same draws. The turn limit of
+checkpoint (written whole or not at all), so an interrupted run resumes at the next iteration with the same
+draws and ends with the outputs of a run that was never stopped. The turn limit of
 training rollouts follows `rl.horizon` (ScalingInter-RL); evaluation keeps each environment's own.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import EvalParams, RLParams
 from gymflow.envs import ENVS
 from gymflow.envs.base import Task
+from gymflow.models.build import load_tokenizer
 from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import EarlyStop, SamplingConfig, episode_turns, rollout
 from gymflow.rollout.play import weights_hash
 from gymflow.rollout.records import Episode, RunInfo, config_hash
-from gymflow.store.io import atomic_dir, atomic_path
+from gymflow.store.io import atomic_dir, atomic_path, is_intact, table_path
 from gymflow.train.evol import draw_tasks
 from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.presets import switches
+
+# Wall-clock figures of an iteration: kept in the checkpoint for the metrics, left out of the curve, whose
+# bytes then follow from the inputs alone (a rerun writes the same file).
+TIMINGS = ("rollout_s", "update_s", "train_tokens_per_s", "seconds")
 
 
 def learner_rollouts(episodes: list[Episode], fmt: ChatFormat) -> list[Rollout]:
@@ -53,7 +61,7 @@ def train_rl(
     curve_path: Path,
 ) -> dict[str, Any]:
     """Train the agent in `start_dir` for `rl.iterations` and save it to `out_dir`; the run's summary."""
-    tokenizer = AutoTokenizer.from_pretrained(start_dir)
+    tokenizer = load_tokenizer(start_dir)
     fmt = ChatFormat(tokenizer)
     model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32)
     sampler = model
@@ -67,16 +75,18 @@ def train_rl(
     cfg = rollout_cfg
     sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
     learner = PolicyGradient(
-        model, rl.pg(), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, rl.seed, rl.warmup
+        model, switches(rl), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, rl.seed, rl.warmup
     )
     run_key = config_hash([rl.model_dump(), sampling.__dict__, weights_hash(model), sorted(tasks)])
     checkpoint = out_dir.with_name(out_dir.name + ".checkpoints") / run_key / "state.pt"
-    rows: list[dict[str, Any]] = []
-    if checkpoint.exists():
-        rows = _restore(checkpoint, learner)
+    rows = _restore(checkpoint, learner)
+    if rows:
         print(f"resuming after iteration {len(rows)} from {checkpoint}")
+    if not _rollouts_intact(rollout_dir, len(rows)):  # their episodes came from weights no longer at hand
+        print(f"{rollout_dir} lacks whole tables of iterations 1-{len(rows)}: starting afresh")
+        shutil.rmtree(checkpoint.parent)
+        return train_rl(start_dir, out_dir, tasks, rl, rollout_cfg, rollout_dir, curve_path)
     _clear_rollouts(rollout_dir, after=len(rows))
-    start = time.perf_counter()
     for it in range(len(rows) + 1, rl.iterations + 1):
         row = run_iteration(learner, sampler, fmt, tasks, rl, sampling, it, rollout_dir, run_key)
         rows.append(row)
@@ -86,12 +96,13 @@ def train_rl(
             f"iteration {it}/{rl.iterations}: reward {row['reward']:.3f} success {row['success']:.3f} "
             f"kl {row['kl']:.4f} clip {row['clip_fraction']:.3f} filtered {row['filtered']:.2f}"
         )
+    _write_curve(curve_path, rows)  # also when the checkpoint held every iteration and DVC removed it
     trained = model.merge_and_unload() if rl.lora_rank else model
     with atomic_dir(out_dir) as tmp:
         trained.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     shutil.rmtree(checkpoint.parent.parent, ignore_errors=True)
-    return summarize(rows, rl, time.perf_counter() - start)
+    return summarize(rows, rl)
 
 
 def run_iteration(
@@ -110,7 +121,7 @@ def run_iteration(
     limit = rl.turn_limit(it)
     early = EarlyStop(rl.early_stop, 4) if rl.early_stop else None
     policy_hash = weights_hash(learner.model)
-    start = time.perf_counter()
+    began = start = time.perf_counter()
     drawn = {env: draw_tasks(env_tasks, rl.tasks[env], rl.seed, it) for env, env_tasks in tasks.items()}
     episodes, jobs = collect(sampler, fmt, drawn, rl.samples, sampling, generator, limit, early)
     rollout_s = time.perf_counter() - start
@@ -133,7 +144,8 @@ def run_iteration(
     for env in tasks:
         row[f"success_{env}"] = _mean([float(ep.success) for ep in episodes if ep.task.env == env])
     row |= {k: v for k, v in stats.items() if k != "aborted"} | {"aborted": int(stats["aborted"])}
-    return row | {"rollout_s": round(rollout_s, 1), "update_s": round(update_s, 1)}
+    seconds = time.perf_counter() - began
+    return row | {"rollout_s": round(rollout_s, 1), "update_s": round(update_s, 1), "seconds": seconds}
 
 
 def collect(
@@ -159,8 +171,9 @@ def collect(
     return episodes, jobs
 
 
-def summarize(rows: list[dict[str, Any]], rl: RLParams, wall: float) -> dict[str, Any]:
-    """The run in a few numbers: first and last iteration's training reward and success, and speed."""
+def summarize(rows: list[dict[str, Any]], rl: RLParams) -> dict[str, Any]:
+    """The run in a few numbers: first and last iteration's training reward and success, and speed (the
+    iterations' own times, so a resumed run counts those before the interruption too)."""
     first, last = rows[0], rows[-1]
     return {
         "algorithm": rl.algorithm,
@@ -173,7 +186,7 @@ def summarize(rows: list[dict[str, Any]], rl: RLParams, wall: float) -> dict[str
         "train_tokens_per_s": round(_mean([r["train_tokens_per_s"] for r in rows if r["steps"]])),
         "rollout_s": round(sum(r["rollout_s"] for r in rows), 1),
         "update_s": round(sum(r["update_s"] for r in rows), 1),
-        "wall_seconds": round(wall, 1),
+        "wall_seconds": round(sum(r.get("seconds", 0.0) for r in rows), 1),
     }
 
 
@@ -198,9 +211,9 @@ def _mean(xs: list[float]) -> float:
 
 
 def _write_curve(path: Path, rows: list[dict[str, Any]]) -> None:
-    fields = list(dict.fromkeys(k for row in rows for k in row))
+    fields = [k for k in dict.fromkeys(k for row in rows for k in row) if k not in TIMINGS]
     with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(
             {k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in rows
@@ -224,7 +237,18 @@ def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> No
 
 
 def _restore(path: Path, learner: PolicyGradient) -> list[dict[str, Any]]:
-    state = torch.load(path, weights_only=False)
+    """The rows of the iterations in the checkpoint at `path`, with the learner set to its state after them;
+    none if there is no checkpoint. A checkpoint that cannot be read counts as none: the run starts afresh."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # a kill while saving leaves its temporary file
+        stale.unlink()
+    if not path.exists():
+        return []
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as e:  # truncated or foreign: whatever torch raises, it is not a checkpoint to resume
+        print(f"{path} is unreadable ({type(e).__name__}); starting afresh")
+        path.unlink()
+        return []
     learner.model.load_state_dict(state["model"])
     learner.optimizer.load_state_dict(state["optimizer"])
     learner.scheduler.load_state_dict(state["scheduler"])
@@ -236,8 +260,18 @@ def _restore(path: Path, learner: PolicyGradient) -> list[dict[str, Any]]:
     return state["rows"]
 
 
+def _rollouts_intact(folder: Path, iterations: int) -> bool:
+    """Whether the rollout tables of iterations 1..`iterations` (a checkpoint's) are all there and read whole."""
+    return all(
+        is_intact(table_path(folder, f"it{it:03d}", table), table)
+        for it in range(1, iterations + 1)
+        for table in ("episodes", "turns")
+    )
+
+
 def _clear_rollouts(folder: Path, after: int) -> None:
     """Remove the rollout tables of iterations after `after` (a fresh run: all of them)."""
     for path in folder.glob("it*.parquet"):
-        if int(path.name[2:5]) > after:
+        number = re.match(r"it(\d+)\.", path.name)  # another name is no iteration's: left alone
+        if number and int(number.group(1)) > after:
             path.unlink()

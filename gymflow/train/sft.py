@@ -4,12 +4,16 @@ The chat template's `{% generation %}` markers give the assistant mask (`assista
 environment's text is context and never a target. Full fine-tuning for the tiny default, LoRA as a switch.
 Each environment's episodes are repeated as many times as its passes in `sft.envs` and the mixture trained
 on in one shuffled pass: environments that learn slowly get more passes without more of the others.
-Checkpoints go beside the output ten times per run, so an interrupted run resumes from the last one.
+Checkpoints go beside the output ten times per run, each visible only once complete, so an interrupted run
+(Ctrl-C or `kill -9`) resumes from the last one and ends with the weights, curve and metrics of a run that was
+never stopped.
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -17,13 +21,22 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoModelForCausalLM, TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import SFTConfig, SFTTrainer
 
 from gymflow.config import SFTParams
+from gymflow.models.build import load_tokenizer
+from gymflow.rollout.play import weights_hash
 from gymflow.rollout.records import config_hash
 from gymflow.store.db import connect
-from gymflow.store.io import atomic_dir, atomic_path
+from gymflow.store.io import atomic_dir, atomic_path, share_modes
+
+# Under a run's checkpoint folder, where the trainer writes a checkpoint until it is whole (`Checkpoints`).
+STAGING = ".incomplete"
+# In a checkpoint, beside the trainer's own trainer_state.json: the seconds of training that led to it.
+RUN_STATE = "gymflow_state.json"
 
 
 def conversations(data_dir: str | Path, envs: list[str], stage: str = "trajectories") -> list[dict[str, Any]]:
@@ -69,22 +82,114 @@ class AssistantLossTrainer(SFTTrainer):
         return (outputs.loss, outputs) if return_outputs else outputs.loss
 
 
+class Checkpoints(TrainerCallback):
+    """Checkpoints that appear only when complete, fall on logging steps and carry the training time so far.
+
+    The trainer writes `checkpoint-<step>` under `<root>/.incomplete`; `on_save`, which runs after its last
+    file, adds the seconds trained so far, renames it into `<root>` and removes the one before: whatever
+    moment a kill hits, `<root>` holds only whole checkpoints. Every checkpoint step (and the last step) is
+    also a logging step, so the log history a resumed run carries on from is the uninterrupted run's; the
+    curve and `train_loss` are read from that history.
+    """
+
+    def __init__(self, root: Path, seconds: float = 0.0) -> None:
+        self.root, self.before, self.start = root, seconds, time.perf_counter()
+
+    def seconds(self) -> float:
+        """Training seconds of the steps so far, earlier sessions' included."""
+        return self.before + time.perf_counter() - self.start
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save or state.global_step >= state.max_steps:
+            control.should_log = True
+
+    def on_save(self, args, state, control, **kwargs):
+        name = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        (self.root / STAGING / name / RUN_STATE).write_text(json.dumps({"seconds": self.seconds()}))
+        if (self.root / name).exists():
+            _discard(self.root / name, self.root)
+        share_modes(self.root / STAGING / name)  # safetensors writes the weights private (0o600)
+        os.replace(self.root / STAGING / name, self.root / name)
+        for old in _checkpoints(self.root):
+            if old.name != name:
+                _discard(old, self.root)
+
+
 class CurveWriter(TrainerCallback):
-    """Training loss and learning rate per logging step, as a CSV that `dvc plots` draws."""
+    """The curve so far at every logging step (`write_curve`), for `dvc plots` while training runs."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rows: list[dict[str, float]] = []
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
-            self.rows.append(
-                {"step": state.global_step, "loss": logs["loss"], "lr": logs.get("learning_rate", 0.0)}
-            )
-            with atomic_path(self.path) as tmp, tmp.open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=["step", "loss", "lr"])
-                writer.writeheader()
-                writer.writerows(self.rows)
+            write_curve(self.path, state.log_history)
+
+
+def write_curve(path: Path, history: list[dict[str, Any]]) -> None:
+    """Training loss and learning rate per logging step of a trainer's log history, as a CSV."""
+    rows = [
+        {"step": e["step"], "loss": e["loss"], "lr": e.get("learning_rate", 0.0)}
+        for e in history
+        if "loss" in e
+    ]
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["step", "loss", "lr"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def mean_loss(history: list[dict[str, Any]]) -> float:
+    """The mean loss per step over a trainer's log history: each entry is the mean over the steps since the one
+    before it. The whole run's, even when it resumed; the trainer's own `training_loss` covers one session."""
+    total, steps, last = 0.0, 0, 0
+    for entry in history:
+        if "loss" in entry:
+            total += entry["loss"] * (entry["step"] - last)
+            steps, last = entry["step"], entry["step"]
+    return total / max(steps, 1)
+
+
+def last_checkpoint(root: Path) -> Path | None:
+    """The latest complete checkpoint under `root`. A partial one (a kill while writing, before checkpoints were
+    staged, or a staged one never renamed) is removed: the rerun resumes from the one before, or starts afresh."""
+    shutil.rmtree(root / STAGING, ignore_errors=True)
+    complete = []
+    for path in _checkpoints(root):
+        if (path / TRAINER_STATE_NAME).is_file():
+            complete.append(path)
+        else:
+            shutil.rmtree(path)
+    return max(complete, key=_step, default=None)
+
+
+def _checkpoints(root: Path) -> list[Path]:
+    return [
+        p
+        for p in root.glob(f"{PREFIX_CHECKPOINT_DIR}-*")
+        if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()
+    ]
+
+
+def _step(path: Path) -> int:
+    return int(path.name.rsplit("-", 1)[1])
+
+
+def _discard(path: Path, root: Path) -> None:
+    """Remove a checkpoint by moving it out of sight first: a kill midway leaves no partial one in view."""
+    trash = root / STAGING / f"old-{path.name}"
+    shutil.rmtree(trash, ignore_errors=True)
+    trash.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, trash)
+    shutil.rmtree(trash)
+
+
+def _seconds_before(checkpoint: Path | None) -> float:
+    state = checkpoint / RUN_STATE if checkpoint else None
+    return json.loads(state.read_text())["seconds"] if state and state.is_file() else 0.0
 
 
 def use_bf16(setting: bool | str) -> bool:
@@ -101,8 +206,9 @@ def use_bf16(setting: bool | str) -> bool:
 
 def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTConfig:
     """TRL's configuration for `cfg`: one pass over the mixture (`mixture`), assistant-only loss,
-    length-grouped batches, ten checkpoints. Tokenized rows bring their own loss mask (`assistant_masks`,
-    which TRL turns into labels), so the chat template's markers are not needed for them."""
+    length-grouped batches, ten checkpoints (written to `output_dir`; `Checkpoints` renames each into place).
+    Tokenized rows bring their own loss mask (`assistant_masks`, which TRL turns into labels), so the chat
+    template's markers are not needed for them."""
     return SFTConfig(
         output_dir=str(output_dir),
         num_train_epochs=1,
@@ -132,12 +238,14 @@ def train_sft(
 ) -> dict[str, float]:
     """Fine-tune `init_model` on `data` (conversations as `messages`, or tokenized rows of `input_ids` and
     `assistant_masks`) and save the result (merged, if LoRA) to `out_dir`."""
-    tokenizer = AutoTokenizer.from_pretrained(init_model)
+    tokenizer = load_tokenizer(init_model)
     model = AutoModelForCausalLM.from_pretrained(init_model)
-    # Checkpoints of this exact run only: other parameters or data start afresh instead of resuming.
-    run_key = config_hash([cfg.model_dump(), init_model, len(data)])
-    checkpoints = out_dir.with_name(out_dir.name + ".checkpoints") / run_key
-    args = sft_args(cfg, checkpoints, tokenized="input_ids" in data[0])
+    # Checkpoints of this exact run only: other parameters, starting weights or data start afresh.
+    run_key = config_hash([cfg.model_dump(), weights_hash(model), [config_hash(row) for row in data]])
+    root = out_dir.with_name(out_dir.name + ".checkpoints") / run_key
+    resume = last_checkpoint(root)
+    checkpoints = Checkpoints(root, _seconds_before(resume))
+    args = sft_args(cfg, root / STAGING, tokenized="input_ids" in data[0])
     peft_config = None
     if cfg.lora_rank:
         from peft import LoraConfig
@@ -149,20 +257,20 @@ def train_sft(
         train_dataset=Dataset.from_list(data),
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[CurveWriter(curve_path)],
+        callbacks=[checkpoints, CurveWriter(curve_path)],
     )
-    resume = any(checkpoints.glob("checkpoint-*"))
-    start = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=resume or None)
-    wall = time.perf_counter() - start
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    wall = checkpoints.seconds()
+    history = trainer.state.log_history  # a resumed run's holds the steps before the checkpoint too
+    write_curve(curve_path, history)
     tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
     trained = trainer.model.merge_and_unload() if cfg.lora_rank else trainer.model
     with atomic_dir(out_dir) as tmp:
         trained.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-    shutil.rmtree(checkpoints.parent, ignore_errors=True)
+    shutil.rmtree(root.parent, ignore_errors=True)
     return {
-        "train_loss": round(result.training_loss, 4),
+        "train_loss": round(mean_loss(history), 4),
         "episodes": len(data),
         "tokens_per_second": round(tokens / wall),
         "bf16": args.bf16,
