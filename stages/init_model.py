@@ -2,8 +2,9 @@
 
     dvc repro init_model          # or: python -m stages.init_model
 With `model.name_or_path` null (the CPU default): trains a byte-level BPE tokenizer on the instructions and
-AgentTraj text and builds a small Qwen2-style decoder from `params.yaml`, saved as a Hugging Face model
-directory in data/models/init. With a name, data/models/init only records it; the model is used unchanged.
+AgentTraj text (with the normalizer and split transformers loads a qwen2 directory with, so every stage
+encodes as its tokenizer.json does) and builds a small Qwen2-style decoder from `params.yaml`, saved as a
+Hugging Face model directory in data/models/init. With a name, data/models/init only records it; the model is used unchanged.
 """
 
 from pathlib import Path
@@ -45,4 +46,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, resume_note="nothing is kept; run the stage again to build the model")

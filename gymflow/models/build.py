@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
 from gymflow.config import ModelConfig
@@ -61,5 +62,24 @@ def resolve(model_dir: str | Path) -> str:
     return str(model_dir)
 
 
+# What a tokenizer pipeline changes: composed and decomposed letters, digit runs, whitespace runs, newlines.
+PROBE = "Café cafe\u0301 \u212b 2024-01-05 x1y22  two  spaces\t\n\n\r\n[/x] don't 日本 🙂\n"
+
+
 def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(resolve(model_dir))
+    """The tokenizer of a model directory a stage wrote (or the model it names, or a Hub id). A local one
+    must encode as its own tokenizer.json: transformers gives some model types a tokenizer class that puts its
+    own normalizer and split before the file's merges (qwen2 among them; `gymflow.models.tokenizer`), so a
+    directory built by gymflow before it trained under that split would train and sample on other ids."""
+    source = resolve(model_dir) if Path(model_dir).is_dir() else str(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    saved = Path(source) / "tokenizer.json"
+    if saved.is_file():
+        expected = Tokenizer.from_file(str(saved)).encode(PROBE, add_special_tokens=False).ids
+        if tokenizer(PROBE, add_special_tokens=False)["input_ids"] != expected:
+            raise UserError(
+                f"{source}: transformers loads its tokenizer as {type(tokenizer).__name__}, which encodes "
+                "differently from its tokenizer.json (built by an older gymflow?): rebuild it with "
+                "`dvc repro init_model` and the stages after it"
+            )
+    return tokenizer

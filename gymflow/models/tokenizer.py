@@ -1,16 +1,24 @@
 """A byte-level BPE tokenizer trained on the project's own text, with ChatML special tokens and a chat
 template whose assistant turns carry `{% generation %}` markers (the assistant-only loss mask).
 
-Byte-level, so any text an environment or a model writes round-trips; trained on instructions and
+Byte-level, so any text an environment or a model writes can be encoded; trained on instructions and
 trajectories, so the small vocabulary the tiny model can afford is spent on the words it will see.
+
+The merges are learned with the normalizer and pre-tokenizer every loader gives a qwen2 model directory:
+transformers 5 builds `Qwen2Tokenizer` for a qwen2 config whatever `tokenizer_config.json` names, and that
+class replaces the pipeline `tokenizer.json` declares with its own (NFC, then Qwen's split: digits one by
+one, then bytes). Merges learned under another split (GPT-2's, up to 65cfb45) were then applied to text split
+differently: the stages trained and sampled on other ids than the file's. Learned under Qwen2Tokenizer's own
+pipeline, the file and every loader agree (tests/test_tokenizer_roundtrip.py); `benchmarks/episode_tokens.py`
+measures what it changed in tokens per episode.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Tokenizer
 
 IM_START, IM_END, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 SPECIAL_TOKENS = [PAD, IM_START, IM_END]
@@ -32,10 +40,11 @@ CHAT_TEMPLATE = (
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE of at most `vocab_size` tokens (special tokens included) on `texts`."""
+    """Train a byte-level BPE of at most `vocab_size` tokens (special tokens included) on `texts`, with the
+    normalizer, split and decoder of `Qwen2Tokenizer`."""
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
+    qwen2 = Qwen2Tokenizer().backend_tokenizer  # the pipeline a qwen2 model directory loads with (see above)
+    bpe.normalizer, bpe.pre_tokenizer, bpe.decoder = qwen2.normalizer, qwen2.pre_tokenizer, qwen2.decoder
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,

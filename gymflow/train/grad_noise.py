@@ -16,14 +16,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import EvalParams, RLParams
 from gymflow.envs.base import Task
 from gymflow.errors import UserError
+from gymflow.models.build import load_tokenizer
 from gymflow.rollout.engine import SamplingConfig
 from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.presets import switches
 from gymflow.train.rl import collect, learner_rollouts
 
 
@@ -120,11 +122,11 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Per environment and for the whole mixture: episodes and kept episodes per batch (one iteration's draw
     of `rl.tasks`, K = `rl.samples`), the signal share with its control, and the noise scale."""
-    tokenizer = AutoTokenizer.from_pretrained(start_dir)
+    tokenizer = load_tokenizer(start_dir)
     fmt = ChatFormat(tokenizer)
     model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32)
     learner = PolicyGradient(
-        model, rl.pg(), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, seed
+        model, switches(rl), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, seed
     )
     learner.model.eval()  # no dropout in the measured gradient, as in the sampler
     sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
