@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -21,12 +22,13 @@ import duckdb
 from rich.console import Console
 from rich.table import Table
 
+from gymflow.env_names import over_limit
 from gymflow.envs import ENVS, make_env
 from gymflow.envs.base import Task
 from gymflow.envs.instructions import build_splits, load_tasks, tasks_file
 from gymflow.errors import UserError
 from gymflow.rollout.expert import run_expert
-from gymflow.store.db import connect
+from gymflow.store.db import box, read_only, run_query
 
 console = Console()
 
@@ -66,6 +68,10 @@ def cmd_envs(args: argparse.Namespace) -> None:
 
 
 def cmd_solve(args: argparse.Namespace) -> None:
+    if over := over_limit(args.env, *((args.n, 0) if args.split == "train" else (0, args.n))):
+        raise UserError(  # a fresh draw holds all its tasks in memory before the first is solved
+            f"{args.env} makes at most {over[1]:,} {args.split} tasks; ask for --n {over[1]} or fewer"
+        )
     tasks = get_tasks(args.data, args.env, args.split, args.n)
     env = make_env(args.env)
     try:
@@ -128,23 +134,35 @@ def cmd_play(args: argparse.Namespace) -> None:
 
 
 def cmd_sql(args: argparse.Namespace) -> None:
-    db = connect(args.data)
+    """Read-only SQL over the tables; values printed as DuckDB writes them, never read as markup."""
+    if args.limit < 0:
+        raise UserError("--limit must be 0 (every row) or more")
     try:
-        rel = db.sql(args.query)
-    except duckdb.Error as e:
-        raise UserError(f"SQL: {str(e).splitlines()[0]} (tables: tasks, episodes, turns)") from None
-    if rel is None:
+        result = run_query(read_only(args.data), args.query, args.limit)
+    except (duckdb.Error, OSError) as e:  # OSError: a run-time error met while streaming the rows
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        hint = "tables: tasks, episodes, turns"
+        if isinstance(e, duckdb.PermissionException) or "configuration has been locked" in message:
+            hint = "gymflow sql reads only the tables tasks, episodes, turns; see the README for plain duckdb"
+        raise UserError(f"SQL: {message} ({hint})") from None
+    if result is None:
         return
-    table = Table(*rel.columns)
-    for row in rel.fetchall():
-        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row))
-    console.print(table)
+    columns, rows, total = result
+    try:
+        print(box(columns, rows))
+        if total > len(rows):
+            print(f"{total - len(rows)} more rows not shown ({total} in all); --limit 0 shows every row")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `gymflow sql ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def cmd_serve_model(args: argparse.Namespace) -> None:
-    from gymflow.models.server import serve  # torch and the web stack load only for this command
+    from gymflow.models.server import Limits, serve  # torch and the web stack load only for this command
 
-    serve(args.path, args.host, args.port)
+    names = ("max_n", "max_batch", "max_tokens", "max_batch_tokens", "max_in_flight", "max_body_mb")
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    serve(args.path, args.host, args.port, Limits(**given))
 
 
 def cmd_rl_noise(args: argparse.Namespace) -> None:
@@ -204,7 +222,8 @@ def parser() -> argparse.ArgumentParser:
     solve.add_argument("--json", action="store_true", help="print one JSON object")
     solve.set_defaults(func=cmd_solve)
     sql = sub.add_parser("sql", help="query the rollout tables (tasks, episodes, turns) with DuckDB SQL")
-    sql.add_argument("query")
+    sql.add_argument("query", help="read-only: other files, COPY, ATTACH, INSTALL/LOAD, settings are refused")
+    sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100; 0: every row)")
     sql.set_defaults(func=cmd_sql)
     serve = sub.add_parser(
         "serve-model", help="serve a saved model over an OpenAI-compatible completions API"
@@ -212,6 +231,20 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("path", help="a model folder a stage wrote, e.g. data/models/sft")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
+    limit = serve.add_argument_group("limits (a request over one is answered 4xx before the model runs)")
+    limit.add_argument("--max-n", type=int, help="completions per prompt (default 64)")
+    limit.add_argument("--max-batch", type=int, help="sequences per request, prompts x n (default 256)")
+    limit.add_argument("--max-tokens", type=int, help="per completion (default: the model's context)")
+    limit.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        help="prompts x n x (longest prompt + max_tokens): the cache one request holds (default 262144, "
+        "about 3 GB for the CPU default model)",
+    )
+    limit.add_argument(
+        "--max-in-flight", type=int, help="requests running or waiting; more get 429 (default 8)"
+    )
+    limit.add_argument("--max-body-mb", type=int, help="request body size (default 4)")
     serve.set_defaults(func=cmd_serve_model)
     noise = sub.add_parser(
         "rl-noise", help="measure how much of an RL step is signal (the gradient noise scale)"

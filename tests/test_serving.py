@@ -38,11 +38,16 @@ def saved(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def url(saved, tmp_path_factory):
+def server_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("server") / "log.txt"
+
+
+@pytest.fixture(scope="module")
+def url(saved, server_log):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    log = tmp_path_factory.mktemp("server") / "log.txt"
+    log = server_log
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gymflow", "serve-model", str(saved), "--port", str(port)],
@@ -204,3 +209,50 @@ def test_a_client_with_no_server_behind_its_url_is_a_one_line_user_error():
         port = s.getsockname()[1]  # free, and nothing listens once the socket closes
     with pytest.raises(UserError, match=f"no completion server answers at http://127.0.0.1:{port}/v1"):
         CompletionClient(f"http://127.0.0.1:{port}/v1", timeout=5)
+
+
+@pytest.fixture
+def busy_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--port", "-1"], "error: --port must be between 1 and 65535 (got -1)"),
+        (["--port", "0"], "error: --port must be between 1 and 65535 (got 0)"),
+        (["--port", "65536"], "error: --port must be between 1 and 65535 (got 65536)"),
+        (["--port", "BUSY"], "Address already in use; choose another --port"),
+        (["--host", "no-such-host.invalid"], "error: cannot listen on no-such-host.invalid:"),
+        (["--max-n", "0"], "error: --max-n must be at least 1 (got 0)"),
+        (["--max-batch-tokens", "-5"], "error: --max-batch-tokens must be at least 1 (got -5)"),
+    ],
+)
+def test_serve_model_with_a_bad_port_or_limit_is_a_one_line_error(saved, busy_port, capsys, flags, message):
+    from gymflow.cli import main
+
+    flags = [str(busy_port) if f == "BUSY" else f for f in flags]
+    with pytest.raises(SystemExit) as exit:
+        main(["serve-model", str(saved), *flags])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("error:") and message in err
+
+
+def test_serve_model_port_minus_one_from_the_shell(saved):
+    done = subprocess.run(
+        [sys.executable, "-m", "gymflow", "serve-model", str(saved), "--port", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stderr == "error: --port must be between 1 and 65535 (got -1)\n"
+
+
+def test_the_limits_are_printed_at_start_up(url, server_log):
+    log = server_log.read_text()
+    assert "limits: n <= 64, prompts x n <= 256, max_tokens <= 1024" in log
+    assert "<= 262144 tokens, 8 requests in flight, bodies <= 4 MB" in log
