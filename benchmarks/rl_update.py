@@ -23,7 +23,7 @@ minus the RSS at that point.
         [--repeats 5] [--threads 1] [--hidden-size 128] [--layers 2]
 
 At the default's 0.8M parameters the weights are a rounding error next to the activations, so LOOP against
-`ppo` (a second model copy, a value head) only shows its memory gap on a larger decoder: the README's row uses
+`ppo` (a second model copy, a value head) only shows its memory gap on a larger decoder: docs/results/speed.md's row uses
 `--hidden-size 384 --layers 6 --prompts 4 --samples 4 --prompt-len 128 --completion-len 32 --repeats 2`
 (15M parameters; intermediate size is 4x hidden).
 """
@@ -49,11 +49,12 @@ from rich.table import Table
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
-from gymflow.config import PRESETS, ModelConfig, PGSwitches
+from gymflow.config import ModelConfig
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import SPECIAL_TOKENS, train_tokenizer
 from gymflow.train.advantages import leave_one_out
 from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.presets import PRESETS, PGSwitches
 
 # name -> what the row is; the timed region of each is in the module docstring
 CONFIGS = {

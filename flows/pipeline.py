@@ -24,7 +24,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
-STAGES = ["instructions", "trajectories", "init_model", "sft", "evaluate@init", "evaluate@sft"]
+STAGES = ["params", "instructions", "trajectories", "init_model", "sft", "evaluate@init", "evaluate@sft"]
 RL = ["rl", "evaluate@rl"]  # after AgentEvol: `rl.start` may be one of its agents
 HEAVY = {
     "sft",

@@ -23,7 +23,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 from prefect import flow
 
 from flows.experiments import cell, experiment, finished, publish
-from gymflow.config import PRESETS, load_params
+from gymflow.config import load_params
+from gymflow.train.presets import PRESETS
 
 SEEDS = (0, 1)
 HEAD = "rl-loop-s0"  # params.yaml as committed: loop, each environment's own turn limit, seed 0

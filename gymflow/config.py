@@ -1,7 +1,14 @@
-"""Typed parameters, validated from params.yaml: unknown keys and bad values are one-line errors."""
+"""Typed parameters, validated from params.yaml: unknown keys and bad values are one-line errors.
+
+Numbers are strict (`true` is not 1, `"8"` is not 8; an int is accepted where a float is meant), duplicate keys
+are errors, and instruction sets are bounded by what each environment can make (`gymflow.env_names`). This
+module imports no environment, so checking params is quick (the `params` stage runs it before every other).
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -10,32 +17,41 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    NonNegativeInt,
     PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from gymflow.envs import ENVS
+from gymflow.env_names import ENV_NAMES, over_limit
 from gymflow.errors import UserError
+
+# Episodes per task (pass@k's k, AgentEvol's and RL's K): published settings use 1 to 64. The bound keeps a typo
+# from queueing billions of episodes that fill memory before the first one plays.
+MAX_SAMPLES = 1_000
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class InstructionsConfig(Section):
     """Per environment, how many tasks each split holds. Train and eval never share a task."""
 
     seed: int = 0
-    train: dict[str, int] = Field(description="train tasks per environment (AgentGym: hundreds to thousands)")
-    eval: dict[str, int] = Field(description="held-out AgentEval tasks per environment (AgentGym: 25-200)")
+    train: dict[str, NonNegativeInt] = Field(
+        description="train tasks per environment (AgentGym: hundreds to thousands)"
+    )
+    eval: dict[str, NonNegativeInt] = Field(
+        description="held-out AgentEval tasks per environment (AgentGym: 25-200)"
+    )
 
 
 class TrajectoriesConfig(Section):
     """AgentTraj: how many train tasks per environment the expert solves (the rest is left to exploration)."""
 
-    tasks: dict[str, int]
+    tasks: dict[str, NonNegativeInt]
 
 
 class ModelConfig(Section):
@@ -97,7 +113,7 @@ class SFTParams(Section):
     @field_validator("bf16", mode="before")
     @classmethod
     def _bf16_choice(cls, value: object) -> object:
-        if value not in (True, False, "auto"):
+        if value is not True and value is not False and value != "auto":  # 1 == True, yet 1 is no precision
             raise ValueError(f"{value!r} is not a precision: use true, false or auto")
         return value
 
@@ -107,7 +123,9 @@ class EvalParams(Section):
     are evaluated is the stage list in dvc.yaml (`evaluate@init`, `evaluate@sft`, `evol_evaluate@<iteration>`)."""
 
     envs: list[str] = Field(min_length=1)
-    k: int = Field(0, ge=0, description="sampled episodes per task for pass@k; 0: greedy only")
+    k: int = Field(
+        0, ge=0, le=MAX_SAMPLES, description="sampled episodes per task for pass@k; 0: greedy only"
+    )
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(96, ge=1, description="per reply; must exceed the longest thought")
@@ -128,7 +146,7 @@ class EvolSettings(Section):
         min_length=1,
         description="environment -> train tasks explored per iteration (a fresh seeded draw); null: all of them",
     )
-    samples: PositiveInt = Field(1, description="episodes per task (K)")
+    samples: PositiveInt = Field(1, le=MAX_SAMPLES, description="episodes per task (K)")
     temperature: float = Field(0.7, gt=0)
     threshold: float = Field(
         0.0, description="keep explored episodes that succeeded with reward >= threshold"
@@ -183,62 +201,9 @@ class EvolParams(EvolSettings):
             try:
                 self.at(name)
             except ValidationError as e:
-                raise ValueError(f"evol.iterations.{name}: {_describe(e)}") from None
+                raise ValueError(f"evol.iterations.{name}: {describe_error(e)}") from None
             seen.append(name)
         return self
-
-
-class PGSwitches(Section):
-    """The switches of the policy-gradient trainer (`gymflow.train.pg`); each algorithm is a preset of them."""
-
-    advantage: Literal["loo", "group_norm", "reinforcepp", "gae"] = Field(
-        "loo",
-        description="loo: leave-one-out (LOOP Eq. 3); group_norm: GRPO's (R - mean) / std; reinforcepp: "
-        "returns whitened over the batch; gae: a value head on the policy's last hidden state (LOOP C.5)",
-    )
-    level: Literal["token", "turn", "traj"] = Field(
-        "token", description="importance weight per token (Eq. 10), per reply, or per trajectory (Eq. 9)"
-    )
-    epochs: PositiveInt = Field(2, description="passes over each iteration's rollouts")
-    minibatches: PositiveInt = Field(
-        4, description="gradient steps per pass; epochs 1 and minibatches 1: one on-policy step"
-    )
-    clip: float = Field(0.2, gt=0, description="PPO's epsilon")
-    min_abs_advantage: float = Field(0.0, ge=0, description="drop episodes with |A| below this (LOOP: 0.01)")
-    kl_coef: float = Field(
-        0.0, ge=0, description="> 0: KL to a frozen copy of the start agent, as a loss term"
-    )
-    kl_abort: float | None = Field(
-        None, gt=0, description="skip the rest of an iteration's steps once the KL to its sampler passes this"
-    )
-    max_grad_norm: float | None = Field(1.0, gt=0)
-    gamma: float = Field(1.0, ge=0, le=1, description="GAE discount (LOOP C.5: 1)")
-    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (LOOP C.5: 1; < 1 diverged there)")
-    value_lr: float = Field(1e-3, gt=0, description="the value head's learning rate (gae)")
-    value_warmup: int = Field(
-        0, ge=0, description="value-only passes over the first iteration's rollouts before any policy step"
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> PGSwitches:
-        if self.advantage == "gae" and self.level != "token":
-            raise ValueError("advantage gae gives one advantage per token: use level token")
-        return self
-
-
-# The algorithms, as switch settings (LOOP Table 1; AgentGym-RL 3.2.2). On-policy presets take one gradient step
-# per batch of rollouts (GRPO and RLOO as published); the others reuse each batch for 2 epochs of 4 mini-batches.
-PRESETS: dict[str, dict[str, object]] = {
-    "loop": {"advantage": "loo", "level": "token", "min_abs_advantage": 0.01},
-    "loop_turn": {"advantage": "loo", "level": "turn", "min_abs_advantage": 0.01},
-    "loop_traj": {"advantage": "loo", "level": "traj", "min_abs_advantage": 0.01},
-    "loop_rwnorm": {"advantage": "group_norm", "level": "token", "min_abs_advantage": 0.01},
-    "rloo": {"advantage": "loo", "level": "traj", "epochs": 1, "minibatches": 1},
-    "grpo": {"advantage": "group_norm", "level": "token", "epochs": 1, "minibatches": 1, "kl_coef": 0.04},
-    "grpo_nokl": {"advantage": "group_norm", "level": "token", "epochs": 1, "minibatches": 1},
-    "reinforcepp": {"advantage": "reinforcepp", "level": "token", "epochs": 1, "kl_coef": 0.001},
-    "ppo": {"advantage": "gae", "level": "token", "kl_coef": 0.001, "value_warmup": 4},
-}
 
 
 class HorizonPhase(Section):
@@ -254,12 +219,17 @@ class RLParams(Section):
     `evaluate`'s reply and sequence lengths and batch size."""
 
     start: str = Field("sft", description="the agent under data/models RL starts from (sft, evol<i>)")
-    algorithm: Literal[tuple(PRESETS)] = "loop"  # type: ignore[valid-type]
-    switches: dict[str, object] = Field({}, description="overrides of the preset's switches (PGSwitches)")
+    algorithm: str = Field(
+        "loop",
+        description="a preset of the trainer's switches (gymflow.train.presets.PRESETS: loop, grpo, ...)",
+    )
+    switches: dict[str, object] = Field(
+        {}, description="overrides of the preset's switches (gymflow.train.presets.PGSwitches)"
+    )
     tasks: dict[str, PositiveInt] = Field(
         min_length=1, description="environment -> train tasks per iteration"
     )
-    samples: int = Field(6, ge=2, description="rollouts per task (K; LOOP 6, AgentGym-RL 8)")
+    samples: int = Field(6, ge=2, le=MAX_SAMPLES, description="rollouts per task (K; LOOP 6, AgentGym-RL 8)")
     iterations: PositiveInt = 10
     horizon: Literal["fixed"] | list[HorizonPhase] = Field(
         "fixed", description="fixed: each environment's own turn limit; or ScalingInter-RL's phases"
@@ -277,18 +247,10 @@ class RLParams(Section):
     seed: int = 0
 
     @model_validator(mode="after")
-    def _check_switches(self) -> RLParams:
-        try:
-            self.pg()
-        except ValidationError as e:
-            raise ValueError(f"rl.switches: {_describe(e)}") from None
+    def _check_horizon(self) -> RLParams:
         if isinstance(self.horizon, list) and any(p.iterations is None for p in self.horizon[:-1]):
             raise ValueError("rl.horizon: every phase but the last needs its `iterations`")
         return self
-
-    def pg(self) -> PGSwitches:
-        """The algorithm's switches with `switches` over them."""
-        return PGSwitches.model_validate({**PRESETS[self.algorithm], **self.switches})
 
     def turn_limit(self, iteration: int) -> int | None:
         """The ScalingInter-RL turn limit of `iteration` (1-based); None: each environment's own."""
@@ -314,9 +276,9 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _check_envs(self) -> Params:
-        unknown = [e for e in self.envs if e not in ENVS]
+        unknown = [e for e in self.envs if e not in ENV_NAMES]
         if unknown:
-            raise ValueError(f"unknown environment(s) {unknown} in envs; registered: {sorted(ENVS)}")
+            raise ValueError(f"unknown environment(s) {unknown} in envs; registered: {sorted(ENV_NAMES)}")
         for name, sizes in [
             ("instructions.train", self.instructions.train),
             ("instructions.eval", self.instructions.eval),
@@ -325,9 +287,17 @@ class Params(Section):
             missing = [e for e in self.envs if e not in sizes]
             if missing:
                 raise ValueError(f"{name} has no size for {missing}; add `{missing[0]}: <n>` under {name}")
-            negative = [e for e, n in sizes.items() if n < 0]
-            if negative:
-                raise ValueError(f"{name} sizes must be >= 0, got {negative}")
+        for env in self.envs:
+            train, held_out = self.instructions.train[env], self.instructions.eval[env]
+            if over := over_limit(env, train, held_out):
+                part, limit = over
+                asked = f"instructions.{part}.{env} is {train if part == 'train' else held_out:,}"
+                if part == "total":
+                    asked = f"instructions.train.{env} + instructions.eval.{env} is {train + held_out:,}"
+                kind = "tasks" if part == "total" else f"{part} tasks"
+                raise ValueError(
+                    f"{asked}, more than the {limit:,} {kind} {env} can make (gymflow/env_names.py); lower it"
+                )
         for name, section in [
             ("sft.envs", self.sft),
             ("evaluate.envs", self.evaluate),
@@ -344,14 +314,59 @@ class Params(Section):
             raise ValueError(
                 f"trajectories.tasks exceeds instructions.train for {too_many}; lower it or raise train"
             )
+        agents = ["init", "sft", *(self.evol.iterations if self.evol else [])]
+        if self.rl and self.rl.start not in agents:
+            raise ValueError(f"rl.start is {self.rl.start!r}; use one of the agents {agents}")
         return self
 
 
-def _describe(err: ValidationError) -> str:
+def describe_error(err: ValidationError) -> str:
+    """The first error as `where: what`, with the value given when it is a plain one (`got true`)."""
     first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
+    where = ".".join(str(p) for p in first["loc"] if not _is_union_member(p))
     msg = first["msg"].removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg
+    value = first.get("input")
+    plain = isinstance(value, str | int | float | bool | None)
+    if plain and first["type"] not in ("value_error", "extra_forbidden", "missing"):
+        msg += f", got {json.dumps(value)}"
+    if not where or msg.startswith((f"{where}.", f"{where}:")):  # a validator's message names its place
+        return msg
+    return f"{where}: {msg}"
+
+
+def _is_union_member(part: object) -> bool:
+    """Pydantic names the member of a union that failed in an error's place: `int`, `literal['fixed']`."""
+    return isinstance(part, str) and (
+        part in {"int", "float", "bool", "str", "none"} or "[" in part or "-" in part
+    )
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, with a duplicate key an error (safe_load keeps the last one silently) and 1e9 or
+    2e-3 read as numbers, as YAML 1.2 and DVC read them (PyYAML's YAML 1.1 wants a dot: 1.0e9)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        lines: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in lines:
+                raise _DuplicateKey(
+                    f"line {line}: duplicate key {key!r} (first on line {lines[key]}); keep one"
+                )
+            lines[key] = line
+        return super().construct_mapping(node, deep)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    pass
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
@@ -359,10 +374,17 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     if not path.exists():
         raise UserError(f"{path} not found: run from the repository root, or pass the path to params.yaml")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(), Loader=_Loader) or {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} cannot be read: {e}") from None
+    except _DuplicateKey as e:
+        raise UserError(f"{path} {e}") from None
+    except yaml.MarkedYAMLError as e:
+        where = f" line {e.problem_mark.line + 1}:" if e.problem_mark else ""
+        raise UserError(f"{path} is not valid YAML:{where} {e.problem or e.context}") from None
     except yaml.YAMLError as e:
         raise UserError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
     try:
         return Params.model_validate(raw)
     except ValidationError as e:
-        raise UserError(f"{path}: {_describe(e)}") from None
+        raise UserError(f"{path}: {describe_error(e)}") from None

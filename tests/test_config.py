@@ -1,7 +1,17 @@
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from gymflow.config import load_params
+from gymflow.env_names import ENV_NAMES, TASK_LIMITS
 from gymflow.errors import UserError
+from gymflow.train.presets import switches
+
+ROOT = Path(__file__).resolve().parents[1]
 
 GOOD = """
 envs: [maze]
@@ -55,6 +65,65 @@ def test_valid_params_load(tmp_path):
             GOOD + "evol: {tasks: {wordle: 5}, iterations: {a: {explorer: sft}}}\n",
             "evol.tasks has \\['wordle'\\], which are not in envs",
         ),
+        # numbers are strict: no bool, string or float where an int is meant
+        (
+            GOOD.replace("seed: 0", "seed: true"),
+            "instructions.seed: Input should be a valid integer, got true",
+        ),
+        (GOOD.replace("maze: 10", "maze: true"), "instructions.train.maze: .* valid integer, got true"),
+        (GOOD + "sft: {envs: {maze: 1}, lr: true}\n", "sft.lr: Input should be a valid number, got true"),
+        (
+            GOOD + "sft: {envs: {maze: 1}, lr: '0.002'}\n",
+            'sft.lr: Input should be a valid number, got "0.002"',
+        ),
+        (GOOD + "sft: {envs: {maze: 1}, batch_size: 8.0}\n", "sft.batch_size: .* valid integer, got 8.0"),
+        (GOOD + "sft: {envs: {maze: true}}\n", "sft.envs.maze: Input should be a valid integer, got true"),
+        (GOOD + "sft: {envs: {maze: 1}, bf16: 1}\n", "sft.bf16: 1 is not a precision"),
+        (
+            GOOD + "evol: {tasks: {maze: true}, iterations: {a: {explorer: sft}}}\n",
+            "evol.tasks.maze: Input should be a valid integer, got true",
+        ),
+        (
+            GOOD + "evol: {tasks: {maze: 5}, merge_sft: 1, iterations: {a: {explorer: sft}}}\n",
+            "evol.merge_sft: Input should be a valid boolean, got 1",
+        ),
+        (GOOD + "rl: {tasks: {maze: 2}, iterations: true}\n", "rl.iterations: .* valid integer, got true"),
+        (
+            GOOD + "rl: {tasks: {maze: 2}, horizon: fixd}\n",
+            "rl.horizon: Input should be 'fixed', got \"fixd\"",
+        ),
+        (GOOD + "rl: {tasks: {maze: 2}, start: evol9}\n", "rl.start is 'evol9'; use one of the agents"),
+        # sizes: negative, and more than an environment can make (a run would go silent, or fill memory)
+        (
+            GOOD.replace("maze: 10", "maze: -5"),
+            "instructions.train.maze: .* greater than or equal to 0, got -5",
+        ),
+        (
+            GOOD.replace("maze: 10", "maze: 1e9"),
+            "instructions.train.maze: .* valid integer, got 1000000000.0",
+        ),
+        (
+            GOOD.replace("maze: 10", "maze: 1000000000"),
+            "instructions.train.maze \\+ instructions.eval.maze is 1,000,000,005, more than the 100,000 tasks",
+        ),
+        (
+            "envs: [textcraft]\ninstructions: {train: {textcraft: 500}, eval: {textcraft: 100}}\n"
+            "trajectories: {tasks: {textcraft: 1}}\n",
+            "instructions.train.textcraft \\+ instructions.eval.textcraft is 600, more than the 543 tasks",
+        ),
+        (
+            "envs: [sciworld]\ninstructions: {train: {sciworld: 10}, eval: {sciworld: 900}}\n"
+            "trajectories: {tasks: {sciworld: 1}}\n",
+            "instructions.eval.sciworld is 900, more than the 887 eval tasks sciworld can make",
+        ),
+        (GOOD + "rl: {tasks: {maze: 2}, samples: 1000000}\n", "rl.samples: .* less than or equal to 1000"),
+        (GOOD + "evaluate: {envs: [maze], k: 1e9}\n", "evaluate.k: .* valid integer, got 1000000000.0"),
+        # duplicate keys: PyYAML would keep the last one silently
+        (
+            GOOD.replace("maze: 10}", "maze: 10, maze: 3}"),
+            "line 3: duplicate key 'maze' \\(first on line 3\\)",
+        ),
+        (GOOD + "envs: [maze]\n", "line 5: duplicate key 'envs' \\(first on line 2\\); keep one"),
     ],
 )
 def test_bad_params_are_one_line_errors(tmp_path, text, message):
@@ -73,3 +142,96 @@ def test_an_iteration_overrides_the_shared_evol_settings_for_itself_only(tmp_pat
     params = load_params(write(tmp_path, GOOD + evol)).evol
     assert params.at("a").temperature == 0.7 and params.at("b").temperature == 1.0
     assert params.at("b").tasks == {"maze": 5} and (params.index("a"), params.index("b")) == (1, 2)
+
+
+def test_numbers_yaml_1_2_reads_are_numbers_and_an_int_is_a_float(tmp_path):
+    """2e-3 is a string to PyYAML (YAML 1.1 wants 2.0e-3) but a number to DVC and YAML 1.2: it is read as one."""
+    text = (
+        GOOD
+        + "sft: {envs: {maze: 1}, lr: 2e-3, warmup: 1}\nrl: {tasks: {maze: 2}, lr: 1E-4, temperature: 1}\n"
+    )
+    params = load_params(write(tmp_path, text))
+    assert params.sft.lr == 0.002 and params.rl.lr == 1e-4
+    assert isinstance(params.sft.warmup, float) and isinstance(params.rl.temperature, float)
+    assert params.instructions.train["maze"] == 10 and isinstance(params.instructions.train["maze"], int)
+
+
+def test_yaml_anchors_and_merge_keys_are_not_duplicates(tmp_path):
+    text = (
+        GOOD
+        + "evol:\n  tasks: &t {maze: 5}\n  iterations:\n    a: {explorer: sft}\n    b: {<<: *t, explorer: a}\n"
+    )
+    with pytest.raises(UserError, match="evol.iterations.b: maze: Extra inputs"):  # merged, then rejected
+        load_params(write(tmp_path, text))
+
+
+def test_the_default_params_load():
+    """The repository's params.yaml is within every bound above."""
+    params = load_params(ROOT / "params.yaml")
+    assert params.rl is not None and params.rl.start in ["sft", *params.evol.iterations]
+
+
+def test_reading_params_imports_no_environment():
+    """The params check (and every stage's start) stays quick: gymflow.config lists environments by name."""
+    code = "import json, sys; import gymflow.config; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = {name.split(".")[0] for name in json.loads(out.stdout)}
+    heavy = {"minigrid", "gymnasium", "scienceworld", "py4j", "textworld", "minecraft_data", "torch", "numpy"}
+    assert not loaded & heavy
+    assert "gymflow.envs" not in json.loads(out.stdout)
+
+
+def test_the_names_and_limits_agree_with_the_environments():
+    from gymflow.envs import ENVS
+    from gymflow.envs.sciworld import SciWorld
+    from gymflow.envs.textcraft import TextCraft
+    from gymflow.envs.wordle import Wordle
+
+    assert list(ENVS) == list(ENV_NAMES) and all(cls.spec.name == name for name, cls in ENVS.items())
+    assert TASK_LIMITS["wordle"] == {"total": sum(1 for _ in Wordle.generate("train", 0))}
+    assert TASK_LIMITS["textcraft"] == {"total": sum(1 for _ in TextCraft.generate("train", 0))}
+    assert TASK_LIMITS["sciworld"] == {
+        split: sum(SciWorld.capacity(split).values()) for split in ("train", "eval")
+    }
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["solve", "maze", "--n", "1000000000"],
+            "maze makes at most 100,000 train tasks; ask for --n 100000",
+        ),
+        (["solve", "textcraft", "--n", "544"], "textcraft makes at most 543 train tasks"),
+        (["solve", "sciworld", "--n", "888", "--split", "eval"], "sciworld makes at most 887 eval tasks"),
+    ],
+)
+def test_solve_refuses_more_tasks_than_an_environment_makes(tmp_path, args, message):
+    """Before this bound, `gymflow solve maze --n 1000000000` drew tasks silently past 680 MB."""
+    out = subprocess.run(
+        [sys.executable, "-m", "gymflow", "--data", str(tmp_path), *args], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and out.stderr.startswith(f"error: {message}")
+    assert out.stderr.count("\n") == 1 and not out.stdout
+
+
+@pytest.mark.parametrize(
+    "rl, message",
+    [
+        ("{tasks: {maze: 2}, switches: {epochs: true}}", "rl.switches: epochs: .*, got true"),
+        ("{tasks: {maze: 2}, algorithm: lop}", "rl.algorithm 'lop' is not a preset; one of loop, "),
+        ("{tasks: {maze: 2}, algorithm: ppo, switches: {level: traj}}", "gae gives one advantage per token"),
+    ],
+)
+def test_bad_rl_switches_are_one_line_errors_of_the_params_stage(tmp_path, monkeypatch, capsys, rl, message):
+    """The presets live beside the trainer (gymflow.train.presets); stage `params` checks them with the rest."""
+    from stages import params as params_stage
+
+    with pytest.raises(UserError, match=message):
+        switches(load_params(write(tmp_path, GOOD + f"rl: {rl}\n")).rl)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(GOOD + f"rl: {rl}\n")
+    with pytest.raises(SystemExit) as stop:
+        params_stage.run_stage(params_stage.main)
+    assert stop.value.code == 2 and not (tmp_path / "data/params.ok").exists()
+    assert re.search(message, capsys.readouterr().err.splitlines()[0])

@@ -7,12 +7,12 @@ import pytest
 import torch
 from test_pg import _model, _reinforce_gradient, _rollouts, tokenizer  # noqa: F401 (a fixture)
 
-from gymflow.config import PRESETS, PGSwitches
 from gymflow.envs.base import Task
 from gymflow.errors import UserError
 from gymflow.models.sampling import sample
 from gymflow.train.grad_noise import Batches, disjoint_draws, gradient, noise_scale, permute_rewards
 from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.presets import PRESETS, PGSwitches
 
 
 def test_signal_share_by_hand():

@@ -6,13 +6,15 @@ import math
 import pytest
 import torch
 
-from gymflow.config import PRESETS, ModelConfig, PGSwitches, RLParams
+from gymflow.config import ModelConfig, RLParams
+from gymflow.errors import UserError
 from gymflow.models.build import build_model
 from gymflow.models.sampling import sample
 from gymflow.models.tokenizer import train_tokenizer
 from gymflow.train.advantages import gae, group_normalized, leave_one_out, reinforce_pp
 from gymflow.train.pg import PolicyGradient, Rollout
 from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
+from gymflow.train.presets import PRESETS, PGSwitches, switches
 
 # ---- advantages --------------------------------------------------------------------------------------
 
@@ -287,11 +289,11 @@ def test_logprob_gap_compares_like_with_like_at_any_temperature(tokenizer, tempe
 
 def test_rl_params_resolve_presets_and_reject_bad_switches():
     rl = RLParams(tasks={"maze": 4}, algorithm="grpo", switches={"epochs": 3})
-    assert rl.pg().kl_coef == 0.04 and rl.pg().epochs == 3
-    with pytest.raises(ValueError, match="gae gives one advantage per token"):
-        RLParams(tasks={"maze": 4}, algorithm="ppo", switches={"level": "traj"})
-    with pytest.raises(ValueError, match="switches: epoch: Extra inputs"):
-        RLParams(tasks={"maze": 4}, switches={"epoch": 3})
+    assert switches(rl).kl_coef == 0.04 and switches(rl).epochs == 3
+    with pytest.raises(UserError, match="gae gives one advantage per token"):
+        switches(RLParams(tasks={"maze": 4}, algorithm="ppo", switches={"level": "traj"}))
+    with pytest.raises(UserError, match="switches: epoch: Extra inputs"):
+        switches(RLParams(tasks={"maze": 4}, switches={"epoch": 3}))
 
 
 def test_scalinginter_schedule_holds_each_limit_for_its_iterations():

@@ -22,25 +22,25 @@ def run(cmd, cwd):
     return out.stdout
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("repo")
+def copy_code(repo: Path) -> None:
+    """The pipeline's code and its declaration (dvc.yaml, stages, gymflow) copied into `repo`."""
     for name in ["dvc.yaml", "stages", "gymflow"]:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / name)
+
+
+def tiny_params() -> dict:
+    """The repository's params.yaml cut to a smoke run: 3 train and 2 eval tasks per environment, a model 16
+    wide, one SFT pass, greedy and one sample on two evaluation environments, two short AgentEvol and RL
+    iterations."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     envs = params["envs"]
     params["instructions"]["train"] = dict.fromkeys(envs, 3)
     params["instructions"]["eval"] = dict.fromkeys(envs, 2)
     params["trajectories"]["tasks"] = dict.fromkeys(envs, 2)
-    (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    run(["git", "init", "-q"], repo)
-    run([sys.executable, "-m", "dvc", "init", "-q"], repo)
     params["model"] = {**params["model"], "vocab_size": 400, "hidden_size": 16, "intermediate_size": 32}
-    (repo / "params.yaml").write_text(yaml.safe_dump(params))
     sft_envs = dict.fromkeys(params["sft"]["envs"], 1)
     params["sft"] = {**params["sft"], "envs": sft_envs, "batch_size": 2, "bf16": False, "log_every": 1}
-    (repo / "params.yaml").write_text(yaml.safe_dump(params))
     params["evaluate"] = {**params["evaluate"], "envs": ["maze", "wordle"], "k": 1, "max_new_tokens": 8}
     # AgentEvol: two iterations on every train task of two environments, 2 samples each
     iterations = {"evol1": {"explorer": "sft"}, "evol2": {"explorer": "evol1"}}
@@ -49,7 +49,16 @@ def repo(tmp_path_factory):
     # RL: two iterations of 2 maze tasks x 2 samples, turn limits 2 then 3
     horizon = [{"turns": 2, "iterations": 1}, {"turns": 3}]
     params["rl"] = {**params["rl"], "tasks": {"maze": 2}, "samples": 2, "iterations": 2, "horizon": horizon}
-    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    return params
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repo")
+    copy_code(repo)
+    (repo / "params.yaml").write_text(yaml.safe_dump(tiny_params()))
+    run(["git", "init", "-q"], repo)
+    run([sys.executable, "-m", "dvc", "init", "-q"], repo)
     run([sys.executable, "-m", "dvc", "repro"], repo)
     return repo
 
@@ -237,7 +246,8 @@ def test_a_change_to_one_iterations_settings_leaves_the_earlier_ones_alone(repo)
     changed = {
         line.rstrip(":") for line in out.splitlines() if line.endswith(":") and not line.startswith("\t")
     }
-    assert changed == {"explore@evol2", "learn@evol2", "plot_evol"}  # the plot reads the iterations' names
+    # the plot reads the iterations' names; `params` checks the whole file, and its output does not change
+    assert changed == {"params", "explore@evol2", "learn@evol2", "plot_evol"}
 
 
 def test_learn_from_init_starts_from_the_initial_weights_and_last_from_the_explorer(repo):
@@ -282,3 +292,108 @@ def test_rl_trains_from_the_sft_agent_and_records_every_iteration(repo):
     assert summary["algorithm"] == "loop" and summary["episodes"] == 8
     status = run([sys.executable, "-m", "dvc", "status", "rl"], repo)
     assert "changed" not in status
+
+
+def test_every_plot_column_dvc_yaml_names_is_written(repo):
+    """dvc.yaml's plots name columns the stages wrote here. Per-environment columns (rl.csv's success_<env>,
+    evol.csv's <env>) are named for the default params.yaml's environments, of which this run has fewer: they
+    are checked as this run's columns with the environment swapped."""
+    import csv
+
+    per_env = {"data/plots/rl.csv": ("rl", "tasks"), "data/plots/evol.csv": ("evaluate", "envs")}
+    tiny, default = (
+        yaml.safe_load(path.read_text()) for path in (repo / "params.yaml", ROOT / "params.yaml")
+    )
+
+    def columns(path: str) -> set[str]:
+        with (repo / path).open() as f:
+            header = next(csv.reader(f))
+        if path not in per_env:
+            return set(header)
+        section, key = per_env[path]
+        here, there = list(tiny[section][key]), list(default[section][key])
+        fixed = {c for c in header if not any(env in c for env in here)}
+        return fixed | {c.replace(env, other) for c in header for env in here if env in c for other in there}
+
+    dvc = yaml.safe_load((repo / "dvc.yaml").read_text())
+    named = []  # (file, column)
+    for plot in dvc["plots"]:
+        (spec,) = plot.values()
+        for path, ys in spec["y"].items():
+            named += [(path, spec["x"])] + [(path, y) for y in ([ys] if isinstance(ys, str) else ys)]
+    for stage in dvc["stages"].values():
+        for entry in stage.get("do", stage).get("plots", []):
+            (path, spec), names = next(iter(entry.items())), list(tiny["evol"]["iterations"])
+            for rendered in {path.replace("${key}", name) for name in names}:
+                named += [(rendered, spec[axis]) for axis in ("x", "y") if axis in spec]
+    assert len(named) > 10
+    missing = [(path, column) for path, column in named if column not in columns(path)]
+    assert not missing, f"dvc.yaml plots columns no stage writes: {missing}"
+
+
+def snapshot(repo: Path) -> dict[Path, tuple[int, int]]:
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in (repo / "data").rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "command, key, value, message",
+    [
+        (["repro"], "instructions.train.maze", -5, "instructions.train.maze: .* or equal to 0, got -5"),
+        (
+            ["repro", "sft"],
+            "sft.batch_size",
+            True,
+            "sft.batch_size: Input should be a valid integer, got true",
+        ),
+        (["repro", "rl"], "instructions.train.maze", 10**9, "more than the 100,000 tasks maze can make"),
+        (
+            ["exp", "run", "-S", "instructions.train.maze=-5"],
+            None,
+            None,
+            "instructions.train.maze: .*, got -5",
+        ),
+        (["repro"], "duplicate", "envs: [maze]\n", 'found duplicate key "envs"'),  # DVC's own parser says so
+    ],
+)
+def test_a_bad_params_yaml_stops_dvc_before_any_output_is_deleted(repo, command, key, value, message):
+    """DVC deletes a stage's outputs before it runs the stage: the `params` stage runs first and stops it."""
+    import re
+
+    original = (repo / "params.yaml").read_text()
+    text = original + value if key == "duplicate" else original
+    if key and key != "duplicate":
+        *path, last = key.split(".")
+        params = yaml.safe_load(original)
+        section = params
+        for part in path:
+            section = section[part]
+        section[last] = value
+        text = yaml.safe_dump(params)
+    if command[0] == "exp":  # an experiment starts from a commit
+        for git in (
+            ["add", "-A"],
+            ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny", "--allow-empty"],
+        ):
+            run(["git", *git], repo)
+        # and first restores the outputs dvc.lock names (an earlier test retrained evol2 by hand): do it here
+        run([sys.executable, "-m", "dvc", "checkout", "-f", "-q"], repo)
+    before = snapshot(repo)
+    (repo / "params.yaml").write_text(text)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "dvc", *command],
+            cwd=repo,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        (repo / "params.yaml").write_text(original)
+    assert out.returncode != 0 and re.search(message, out.stderr), out.stderr[-2000:]
+    assert "Running stage 'params'" in out.stdout or "duplicate" in message
+    assert [line for line in out.stdout.splitlines() if line.startswith("Running stage")] in (
+        [],
+        ["Running stage 'params':"],
+    )
+    assert snapshot(repo) == before  # not one output deleted or rewritten

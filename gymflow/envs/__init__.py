@@ -1,4 +1,8 @@
-"""Environment registry: a plain dict from name to class, so what a stage uses stays visible."""
+"""Environment registry: a plain dict from name to class, so what a stage uses stays visible.
+
+Importing this loads every environment (minigrid, ScienceWorld's JVM bridge, ...). Code that needs only the
+names, such as the params check, takes them from `gymflow.env_names`; tests keep the two in step.
+"""
 
 from gymflow.envs.babyai import BabyAI
 from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task

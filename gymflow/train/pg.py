@@ -1,4 +1,4 @@
-"""The policy-gradient learner: one trainer whose switches (`gymflow.config.PGSwitches`) make LOOP, RLOO, GRPO,
+"""The policy-gradient learner: one trainer whose switches (`gymflow.train.presets.PGSwitches`) make LOOP, RLOO, GRPO,
 REINFORCE++ and PPO with a value head.
 
 It sees episodes as token sequences exactly as they were sampled (`Rollout`): context ids carry no loss, each
@@ -23,9 +23,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from gymflow.config import PGSwitches
 from gymflow.train.advantages import gae, group_normalized, leave_one_out, reinforce_pp
 from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
+from gymflow.train.presets import PGSwitches
 
 
 @dataclass
@@ -87,7 +87,7 @@ class PolicyGradient:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
         # Linear warm-up over the first `warmup` steps: Adam's first steps move every weight by about lr,
-        # whatever its gradient's size, and that is where the KL to the sampler jumped (README).
+        # whatever its gradient's size, and that is where the KL to the sampler jumped.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )

@@ -1,0 +1,32 @@
+"""The environments' names and how many tasks each can make, without importing the environments.
+
+`gymflow.config` checks params.yaml with these, so reading params never loads minigrid, ScienceWorld's JVM
+bridge or TextWorld. `gymflow.envs.ENVS` maps the same names to the classes; tests/test_config.py keeps the
+two in step and the finite pools below equal to what the generators yield.
+"""
+
+from __future__ import annotations
+
+# name -> the most tasks its instruction set can hold. "total" bounds train + eval together: the size of a
+# pool both splits draw from, or, for an endless generator, a cap that keeps one draw within minutes (per task:
+# maze ~1 ms and 3 KB, babyai ~25 ms, household a TextWorld compile of 1-2 s). "train" and "eval" bound a
+# split with its own pool (ScienceWorld's official variations whose gold path fits the turn limit).
+TASK_LIMITS: dict[str, dict[str, int]] = {
+    "maze": {"total": 100_000},
+    "wordle": {"total": 2_315},  # the answer list
+    "textcraft": {"total": 543},  # the craftable goals of depth 1 to 4
+    "babyai": {"total": 20_000},
+    "sciworld": {"train": 1_858, "eval": 887},  # sum of sciworld.TASK_TYPES' usable variations per split
+    "household": {"total": 2_000},
+}
+ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
+
+
+def over_limit(env: str, n_train: int, n_eval: int) -> tuple[str, int] | None:
+    """The first of `env`'s limits that a split of `n_train` and `n_eval` tasks exceeds, as ("total", "train"
+    or "eval"; the limit). None when the sizes fit, or `env` is no name here."""
+    limits = TASK_LIMITS.get(env, {})
+    for part, asked in (("total", n_train + n_eval), ("train", n_train), ("eval", n_eval)):
+        if part in limits and asked > limits[part]:
+            return part, limits[part]
+    return None
