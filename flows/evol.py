@@ -13,7 +13,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
-from flows.pipeline import repro
+from flows.dvc_tasks import repro
 from gymflow.config import load_params
 
 STEPS = ["explore", "learn", "evaluate_evol"]  # all heavy: generation or training

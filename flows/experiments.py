@@ -16,7 +16,7 @@ from pathlib import Path
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.pipeline import dvc
+from flows.dvc_tasks import dvc
 from gymflow.store.io import write_text
 
 

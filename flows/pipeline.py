@@ -13,16 +13,14 @@ table is posted as an artifact.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-
-from prefect import flow, get_run_logger, task
+from prefect import flow
 from prefect.artifacts import create_table_artifact
+
+from flows.dvc_tasks import repro
+from flows.evol import evol
 
 STAGES = ["params", "instructions", "trajectories", "init_model", "sft", "evaluate@init", "evaluate@sft"]
 RL = ["rl", "evaluate@rl"]  # after AgentEvol: `rl.start` may be one of its agents
@@ -32,22 +30,6 @@ HEAVY = {
     "evaluate@sft",
     *RL,
 }  # training and generation: a GPU each, when there is one
-
-
-def dvc(args: list[str], repo: str) -> str:
-    """Run `dvc <args>` in the repository, log its output, and raise with its errors if it failed."""
-    out = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, capture_output=True, text=True)
-    get_run_logger().info(out.stdout[-4000:])
-    if out.returncode:
-        raise RuntimeError(f"dvc {' '.join(args)} failed:\n{out.stderr[-4000:]}")
-    return out.stdout
-
-
-@task(retries=2, retry_delay_seconds=10)
-def repro(stage: str, repo: str) -> str:
-    """One DVC stage (or a foreach group of them), alone (`-s`): its dependencies were run by the tasks before it."""
-    dvc(["repro", "-s", stage], repo)
-    return stage
 
 
 def evaluation_rows(repo: str) -> list[dict[str, object]]:
@@ -64,8 +46,6 @@ def pipeline(repo: str = ".", stages: list[str] = STAGES) -> list[dict[str, obje
     for stage in stages:
         tags = ["gpu"] if stage in HEAVY else []
         repro.with_options(name=f"repro-{stage}", tags=tags)(stage, repo)
-    from flows.evol import evol  # it reuses `repro` from here
-
     evol(repo)
     for stage in RL:
         repro.with_options(name=f"repro-{stage}", tags=["gpu"])(stage, repo)
