@@ -239,8 +239,6 @@ def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> No
 def _restore(path: Path, learner: PolicyGradient) -> list[dict[str, Any]]:
     """The rows of the iterations in the checkpoint at `path`, with the learner set to its state after them;
     none if there is no checkpoint. A checkpoint that cannot be read counts as none: the run starts afresh."""
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # a kill while saving leaves its temporary file
-        stale.unlink()
     if not path.exists():
         return []
     try:
