@@ -24,7 +24,7 @@ from rich.table import Table
 
 from gymflow.config import load_params
 from gymflow.envs.instructions import build_all, build_env, load_tasks
-from gymflow.rollout.agenttraj import _collect_env, collect
+from gymflow.rollout.agenttraj import _gather_env, gather_trajectories
 from gymflow.rollout.records import RunInfo
 
 INFO = RunInfo(run="bench", stage="trajectories", iteration=0, policy="expert")
@@ -45,10 +45,10 @@ def run(parallel: bool, root: Path) -> tuple[float, float]:
     n = params.trajectories.tasks
     tasks = {env: load_tasks(root, env, "train")[: n[env]] for env in params.envs}
     if parallel:
-        collect(tasks, root / "rollouts", root / "json", INFO)
+        gather_trajectories(tasks, root / "rollouts", root / "json", INFO)
     else:
         for env, env_tasks in tasks.items():
-            _collect_env(env, env_tasks, root / "rollouts", root / "json", INFO, "x", queue.Queue())
+            _gather_env(env, env_tasks, root / "rollouts", root / "json", INFO, "x", queue.Queue())
     return built - start, time.perf_counter() - built
 
 

@@ -53,7 +53,7 @@ from gymflow.config import ModelConfig
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import SPECIAL_TOKENS, train_tokenizer
 from gymflow.train.advantages import leave_one_out
-from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.presets import PRESETS, PGSwitches
 
 # name -> what the row is; the timed region of each is in the module docstring
@@ -110,8 +110,8 @@ def ours(args, model, tokenizer, prompts, completions, rewards, groups, out):
     per_minibatch = -(-len(completions) // switches.minibatches)
     seq = args.prompt_len + args.completion_len
     max_tokens = DEFAULT_MAX_TOKENS if name == "loop_default" else per_minibatch * seq
-    rollouts = [
-        Rollout(
+    episodes = [
+        TokenEpisode(
             ids=prompts[g].tolist() + c.tolist(),
             turns=[0] * args.prompt_len + [1] * args.completion_len,
             reward=float(r),
@@ -119,12 +119,13 @@ def ours(args, model, tokenizer, prompts, completions, rewards, groups, out):
         )
         for c, r, g in zip(completions, rewards, groups, strict=True)
     ]
-    learner = PolicyGradient(
-        model, switches, args.lr, max_tokens=max_tokens, pad_id=tokenizer.pad_token_id, seed=args.seed
+    config = LearnerConfig(
+        switches=switches, lr=args.lr, max_tokens=max_tokens, pad_id=tokenizer.pad_token_id, seed=args.seed
     )
+    learner = PolicyGradient(model, config)
 
     def update() -> dict[str, float]:
-        prepared = learner.prepare(rollouts)
+        prepared = learner.prepare(episodes)
         assert not prepared.stats["filtered"], "every group has mixed rewards: nothing should be filtered"
         return learner.step(prepared)
 

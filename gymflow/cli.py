@@ -173,15 +173,15 @@ def cmd_rl_noise(args: argparse.Namespace) -> None:
     if args.batches < 2:
         raise UserError("--batches must be at least 2: the signal is what independent batches share")
     params = load_params()
-    if params.rl is None or params.evaluate is None:
-        raise UserError("params.yaml needs `rl:` and `evaluate:` sections (see the README)")
+    if params.rl is None:
+        raise UserError("params.yaml has no `rl:` section; add one (see the README)")
     if not args.agent.is_dir():
         raise UserError(f"no agent in {args.agent}: pass a model folder a stage wrote, e.g. data/models/sft")
     for env in params.rl.tasks:
         if not tasks_file(args.data, env).exists():
             raise UserError(f"no {env} tasks in {args.data}: run `dvc repro instructions` first")
     tasks = {env: load_tasks(args.data, env, "train") for env in params.rl.tasks}
-    rows = measure(resolve(args.agent), tasks, params.rl, params.evaluate, args.batches, args.seed)
+    rows = measure(resolve(args.agent), tasks, params.rl, params.rollout, args.batches, args.seed)
     table = Table("env", "episodes / batch", "kept", "signal share", "control", "noise scale (episodes)")
     for r in rows:
         scale = f"{r['noise_scale']:.0f}"

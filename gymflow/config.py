@@ -118,9 +118,24 @@ class SFTParams(Section):
         return value
 
 
+class RolloutParams(Section):
+    """How episodes are played, whoever plays them (evaluation, AgentEvol's exploration, RL): its own section,
+    so that a change to evaluation alone does not rerun the stages that train."""
+
+    max_new_tokens: int = Field(96, ge=1, description="per reply; must exceed the longest thought")
+    max_length: int = Field(4096, ge=64)
+    batch_size: int = Field(32, ge=1, description="episodes sharing one generation batch")
+    servers: dict[str, str] = Field(
+        {},
+        description="policy -> base URL of an OpenAI-compatible server (vLLM, `gymflow serve-model`) that "
+        "samples for it; other policies sample in process",
+    )
+
+
 class EvalParams(Section):
-    """AgentEval: a policy plays the eval split greedily, and k more times sampled for pass@k. Which policies
-    are evaluated is the stage list in dvc.yaml (`evaluate@init`, `evaluate@sft`, `evol_evaluate@<iteration>`)."""
+    """AgentEval: a policy plays the eval split greedily, and k more times sampled for pass@k, as `rollout`
+    says. Which policies are evaluated is the stage list in dvc.yaml (`evaluate@init`, `evaluate@sft`,
+    `evaluate_evol@<iteration>`)."""
 
     envs: list[str] = Field(min_length=1)
     k: int = Field(
@@ -128,15 +143,19 @@ class EvalParams(Section):
     )
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(96, ge=1, description="per reply; must exceed the longest thought")
-    max_length: int = Field(4096, ge=64)
-    batch_size: int = Field(32, ge=1, description="episodes sharing one generation batch")
     seed: int = 0
-    servers: dict[str, str] = Field(
-        {},
-        description="policy -> base URL of an OpenAI-compatible server (vLLM, `gymflow serve-model`) that "
-        "samples for it; other policies sample in process",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_rollout(cls, value: object) -> object:
+        """A params.yaml from before `rollout:` had its own section names where each key went."""
+        moved = [key for key in RolloutParams.model_fields if isinstance(value, dict) and key in value]
+        if moved:
+            old, new = (", ".join(f"{section}.{key}" for key in moved) for section in ("evaluate", "rollout"))
+            raise ValueError(
+                f"{old} moved to {new}: put {'it' if len(moved) == 1 else 'them'} under `rollout:`"
+            )
+        return value
 
 
 class EvolSettings(Section):
@@ -216,7 +235,7 @@ class HorizonPhase(Section):
 class RLParams(Section):
     """Multi-turn policy-gradient training from an agent (`gymflow.train.pg`): per iteration, K rollouts of
     each drawn train task, advantages, then clipped policy-gradient steps. Rollouts sample in process with
-    `evaluate`'s reply and sequence lengths and batch size."""
+    `rollout`'s reply and sequence lengths and batch size."""
 
     start: str = Field("sft", description="the agent under data/models RL starts from (sft, evol<i>)")
     algorithm: str = Field(
@@ -270,6 +289,7 @@ class Params(Section):
     trajectories: TrajectoriesConfig
     model: ModelConfig = ModelConfig()
     sft: SFTParams | None = None
+    rollout: RolloutParams = RolloutParams()
     evaluate: EvalParams | None = None
     evol: EvolParams | None = None
     rl: RLParams | None = None

@@ -24,10 +24,8 @@ def write_metrics(name: str, metrics: dict[str, Any]) -> Path:
 
 def iteration_arg(params: Params, stage: str) -> str:
     """The AgentEvol iteration named on a stage's command line, checked against `evol.iterations`."""
-    if params.evol is None or params.evaluate is None or params.sft is None:
-        raise UserError(
-            "params.yaml needs `sft:`, `evaluate:` and `evol:` sections for AgentEvol (see the README)"
-        )
+    if params.evol is None or params.sft is None:
+        raise UserError("params.yaml needs `sft:` and `evol:` sections for AgentEvol (see the README)")
     names = list(params.evol.iterations)
     if len(sys.argv) != 2 or sys.argv[1] not in names:
         raise UserError(

@@ -1,6 +1,7 @@
-"""Stage `evaluate@<policy>` (AgentEval): one policy under data/models plays the eval split of `evaluate.envs`.
+"""Stage `evaluate@<policy>` (AgentEval): one policy under data/models plays the eval split of `evaluate.envs`
+as `rollout` says.
 
-    dvc repro evaluate            # every policy: init, sft (and evol_evaluate@<iteration> for AgentEvol)
+    dvc repro evaluate            # every policy: init, sft (and evaluate_evol@<iteration> for AgentEvol)
     python -m stages.evaluate sft
 Writes data/rollouts/evaluate/<policy>/<env>.{episodes,turns}.parquet (every episode, token ids included)
 and data/metrics/evaluate/<policy>.json (per environment and difficulty: success, reward, turns, pass@k).
@@ -25,14 +26,15 @@ def main() -> None:
     if len(sys.argv) != 2:
         raise UserError("usage: python -m stages.evaluate POLICY (a model directory under data/models)")
     policy = sys.argv[1]
-    cfg = load_params().evaluate
+    params = load_params()
+    cfg = params.evaluate
     if cfg is None:
         raise UserError("params.yaml has no `evaluate:` section; add one (see the README) to run this stage")
     model_dir = Path("data/models") / policy
     if not model_dir.is_dir():
         raise UserError(f"{model_dir} does not exist: run `dvc repro` for the stage that builds it")
     tasks = {env: load_tasks("data", env, "eval") for env in cfg.envs}
-    metrics = evaluate_policy(policy, model_dir, tasks, cfg, ROLLOUTS)
+    metrics = evaluate_policy(policy, model_dir, tasks, cfg, params.rollout, ROLLOUTS)
     write_metrics(f"evaluate/{policy}", metrics)
     table = Table("policy", *cfg.envs, title="AgentEval: greedy success on the held-out split")
     table.add_row(policy, *(f"{metrics[e]['all']['success']:.2f}" for e in cfg.envs))

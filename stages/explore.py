@@ -24,7 +24,7 @@ def main() -> None:
         Path("data/models") / explorer,
         tasks,
         settings,
-        params.evaluate,
+        params.rollout,
         params.evol.index(name),
         out,
     )

@@ -5,14 +5,13 @@ Reads data/metrics/evaluate/<policy>.json for sft and every iteration of `evol.i
 data/plots/evol.csv (iteration, policy, one column per environment).
 """
 
-import csv
 import json
 from pathlib import Path
 
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.stage import run_stage
-from gymflow.store.io import atomic_path
+from gymflow.store.io import write_csv
 
 METRICS = Path("data/metrics/evaluate")
 
@@ -29,10 +28,7 @@ def main() -> None:
             raise UserError(f"{path} is missing: run `dvc repro` to evaluate {policy} first")
         metrics = json.loads(path.read_text())
         rows.append({"iteration": x, "policy": policy} | {e: metrics[e]["all"]["success"] for e in envs})
-    with atomic_path("data/plots/evol.csv") as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["iteration", "policy", *envs])
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv("data/plots/evol.csv", rows, ["iteration", "policy", *envs])
     for row in rows:
         print(row)
 

@@ -20,9 +20,9 @@ from gymflow.train.rl import train_rl
 
 def main() -> None:
     params = load_params()
-    rl, cfg = params.rl, params.evaluate
-    if rl is None or cfg is None:
-        raise UserError("params.yaml needs `rl:` and `evaluate:` sections for RL (see the README)")
+    rl, rollout = params.rl, params.rollout
+    if rl is None:
+        raise UserError("params.yaml has no `rl:` section; add one (see the README) to run this stage")
     start = Path("data/models") / rl.start
     if not start.is_dir():
         raise UserError(
@@ -34,7 +34,7 @@ def main() -> None:
         Path("data/models/rl"),
         tasks,
         rl,
-        cfg,
+        rollout,
         Path("data/rollouts/rl"),
         Path("data/plots/rl.csv"),
     )

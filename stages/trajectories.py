@@ -7,7 +7,7 @@ data/agenttraj/<env>.json (AgentGym's conversation format) and data/metrics/traj
 
 from gymflow.config import load_params
 from gymflow.envs.instructions import load_tasks
-from gymflow.rollout.agenttraj import collect, summarize
+from gymflow.rollout.agenttraj import gather_trajectories, trajectory_metrics
 from gymflow.rollout.records import RunInfo, config_hash
 from gymflow.stage import run_stage, write_metrics
 
@@ -20,8 +20,8 @@ def main() -> None:
     tasks = {env: load_tasks("data", env, "train")[: n[env]] for env in params.envs}
     digest = config_hash([params.instructions.model_dump(), params.trajectories.model_dump()])
     info = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert", config_hash=digest)
-    collect(tasks, ROLLOUTS, "data/agenttraj", info)
-    write_metrics("trajectories", summarize(ROLLOUTS, params.envs))
+    gather_trajectories(tasks, ROLLOUTS, "data/agenttraj", info)
+    write_metrics("trajectories", trajectory_metrics(ROLLOUTS, params.envs))
 
 
 if __name__ == "__main__":

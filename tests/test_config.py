@@ -118,6 +118,17 @@ def test_valid_params_load(tmp_path):
         ),
         (GOOD + "rl: {tasks: {maze: 2}, samples: 1000000}\n", "rl.samples: .* less than or equal to 1000"),
         (GOOD + "evaluate: {envs: [maze], k: 1e9}\n", "evaluate.k: .* valid integer, got 1000000000.0"),
+        # rollout settings have their own section: an older params.yaml is told where each key went
+        (
+            GOOD + "evaluate: {envs: [maze], batch_size: 64}\n",
+            "^\\S+: evaluate.batch_size moved to rollout.batch_size: put it under `rollout:`$",
+        ),
+        (
+            GOOD + "evaluate: {envs: [maze], max_new_tokens: 80, servers: {}}\n",
+            ": evaluate.max_new_tokens, evaluate.servers moved to rollout.max_new_tokens, rollout.servers: put",
+        ),
+        (GOOD + "rollout: {batch_size: 0}\n", "rollout.batch_size: .* greater than or equal to 1, got 0"),
+        (GOOD + "rollout: {k: 1}\n", "rollout.k: Extra inputs are not permitted"),
         # duplicate keys: PyYAML would keep the last one silently
         (
             GOOD.replace("maze: 10}", "maze: 10, maze: 3}"),
@@ -169,6 +180,8 @@ def test_the_default_params_load():
     """The repository's params.yaml is within every bound above."""
     params = load_params(ROOT / "params.yaml")
     assert params.rl is not None and params.rl.start in ["sft", *params.evol.iterations]
+    # `rollout:` has defaults, yet the file carries it: dvc.yaml's stages list its keys, which DVC reads there
+    assert re.search(r"^rollout:", (ROOT / "params.yaml").read_text(), re.MULTILINE)
 
 
 def test_reading_params_imports_no_environment():

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from gymflow import cli
-from gymflow.config import EvalParams, ModelConfig, RLParams, SFTParams
+from gymflow.config import EvalParams, ModelConfig, RLParams, RolloutParams, SFTParams
 from gymflow.envs import make_env
 from gymflow.envs.instructions import build_env, build_splits, load_tasks
 from gymflow.envs.maze import Maze
@@ -279,11 +279,12 @@ def test_a_damaged_table_is_not_current(tmp_path, capsys, kind, table):
 def test_agenttraj_rewrites_a_damaged_table_as_a_clean_run_writes_it(tmp_path):
     tasks = {"maze": TASKS["train"][:3]}
     info = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert", config_hash="c")
-    agenttraj.collect(tasks, tmp_path / "clean", tmp_path / "clean_json", info)
-    agenttraj.collect(tasks, tmp_path / "r", tmp_path / "r_json", info)
+    agenttraj.gather_trajectories(tasks, tmp_path / "clean", tmp_path / "clean_json", info)
+    agenttraj.gather_trajectories(tasks, tmp_path / "r", tmp_path / "r_json", info)
     truncate(table_path(tmp_path / "r", "maze", "episodes"))
     flip_middle(table_path(tmp_path / "r", "maze", "turns"))
-    agenttraj.collect(tasks, tmp_path / "r", tmp_path / "r_json", info)  # crashed in its resume check before
+    # crashed in its resume check before
+    agenttraj.gather_trajectories(tasks, tmp_path / "r", tmp_path / "r_json", info)
     for table in ("episodes", "turns"):
         assert read_rows(table_path(tmp_path / "r", "maze", table)) == read_rows(
             table_path(tmp_path / "clean", "maze", table)
@@ -303,15 +304,16 @@ def agent(tmp_path_factory):
     return folder
 
 
-PLAY = EvalParams(envs=["maze"], max_new_tokens=12, max_length=1024, batch_size=8)  # RL's rollouts
+PLAY = RolloutParams(max_new_tokens=12, max_length=1024, batch_size=8)  # RL's rollouts
 
 
 def test_evaluation_plays_a_damaged_environment_again(agent, tmp_path):
-    tasks, cfg = {"maze": TASKS["eval"]}, EvalParams(envs=["maze"], max_new_tokens=6, max_length=512)
-    clean = evaluate_policy("sft", agent, tasks, cfg, tmp_path)
+    tasks, cfg = {"maze": TASKS["eval"]}, EvalParams(envs=["maze"])
+    play = RolloutParams(max_new_tokens=6, max_length=512)
+    clean = evaluate_policy("sft", agent, tasks, cfg, play, tmp_path)
     tables = {t: read_rows(tmp_path / f"sft/maze.{t}.parquet") for t in ("episodes", "turns")}
     wrong_schema(tmp_path / "sft/maze.episodes.parquet")
-    again = evaluate_policy("sft", agent, tasks, cfg, tmp_path)  # crashed in its summary before
+    again = evaluate_policy("sft", agent, tasks, cfg, play, tmp_path)  # crashed in its summary before
     assert {t: read_rows(tmp_path / f"sft/maze.{t}.parquet") for t in tables} == tables
     speed = ("episodes_per_s", "steps_per_s", "tokens_per_s")
     assert {k: v for k, v in again["maze"]["all"].items() if k not in speed} == {

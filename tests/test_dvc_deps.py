@@ -92,12 +92,27 @@ def test_a_stages_deps_cover_every_file_of_code_it_runs(name):
     assert not missing, f"dvc.yaml stage {name} imports these but does not depend on them: {missing}"
 
 
+@pytest.mark.parametrize("name", sorted(STAGES))
+def test_every_code_dep_of_a_stage_is_code_it_runs(name):
+    """The converse: a dep on code the stage never imports would rerun it for another stage's change."""
+    stage = STAGES[name]
+    code = code_of(stage_module(stage))
+    unused = [
+        dep
+        for dep in stage["deps"]
+        if dep.split("/")[0] in PACKAGES and not any(covered(path, [dep]) for path in code)
+    ]
+    assert not unused, f"dvc.yaml stage {name} depends on code it does not run: {unused}"
+
+
 def test_the_import_walk_finds_what_a_stage_imports_indirectly():
-    """The walk itself: rl reaches the presets (gymflow/config.py) and train/evol.py through train/rl.py,
-    and sft reaches the environments through rollout/play.py; TYPE_CHECKING-only imports do not count."""
+    """The walk itself: rl reaches the presets (gymflow/config.py) and the draws through train/rl.py, and
+    sft reaches the environments through rollout/records.py (its `Task`: Python runs gymflow/envs/__init__.py
+    for gymflow.envs.base); TYPE_CHECKING-only imports do not count."""
     rl, sft = code_of("stages.rl"), code_of("stages.sft")
-    assert {"gymflow/config.py", "gymflow/train/evol.py", "gymflow/train/pg.py"} <= rl
-    assert {"gymflow/rollout/play.py", "gymflow/envs/maze.py", "gymflow/envs/__init__.py"} <= sft
+    assert {"gymflow/config.py", "gymflow/train/draws.py", "gymflow/train/pg.py"} <= rl
+    assert "gymflow/train/evol.py" not in rl and "gymflow/rollout/play.py" not in sft
+    assert {"gymflow/rollout/records.py", "gymflow/envs/maze.py", "gymflow/envs/__init__.py"} <= sft
     assert "gymflow/models/server.py" not in rl | sft  # only `gymflow serve-model` imports it
     assert "gymflow/__init__.py" not in rl  # a docstring and __version__: nothing to depend on
 

@@ -1,6 +1,6 @@
 import pytest
 
-from gymflow.eval.metrics import pass_at_k, summarize
+from gymflow.eval.metrics import pass_at_k, success_metrics
 
 
 def test_pass_at_k_by_hand():
@@ -29,7 +29,7 @@ def test_summary_per_difficulty_and_pass_at_k():
     sampled = [row("a", "5x5", s, i) for i, s in ((1, True), (2, False))]
     sampled += [row("b", "5x5", s, i) for i, s in ((1, False), (2, True))]
     sampled += [row("c", "7x7", False, i) for i in (1, 2)]
-    out = summarize(greedy + sampled, k=1)
+    out = success_metrics(greedy + sampled, k=1)
     assert out["all"] == {
         "n": 3,
         "success": pytest.approx(1 / 3, abs=1e-4),
@@ -38,7 +38,7 @@ def test_summary_per_difficulty_and_pass_at_k():
         "pass@1": pytest.approx(1 / 3, abs=1e-4),
     }
     assert out["5x5"]["success"] == 0.5 and out["5x5"]["pass@1"] == 0.5 and out["7x7"]["pass@1"] == 0.0
-    assert "pass@1" not in summarize(greedy, k=1)["all"]  # no samples, no pass@k
+    assert "pass@1" not in success_metrics(greedy, k=1)["all"]  # no samples, no pass@k
 
 
 def test_rollout_speed_counts_episodes_steps_and_generated_tokens():

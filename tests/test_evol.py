@@ -17,7 +17,8 @@ from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import SamplingConfig, episode_tokens, rollout
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
-from gymflow.train.evol import chat_rows, draw_tasks, kept_episodes, learning_set
+from gymflow.train.draws import draw_tasks
+from gymflow.train.evol import chat_rows, kept_episodes, learning_set
 
 TASKS = build_splits(Maze, 8, 0, seed=0)["train"]
 

@@ -5,13 +5,13 @@ import math
 
 import pytest
 import torch
-from test_pg import _model, _reinforce_gradient, _rollouts, tokenizer  # noqa: F401 (a fixture)
+from test_pg import _model, _reinforce_gradient, _token_episodes, tokenizer  # noqa: F401 (a fixture)
 
 from gymflow.envs.base import Task
 from gymflow.errors import UserError
 from gymflow.models.sampling import sample
 from gymflow.train.grad_noise import Batches, disjoint_draws, gradient, noise_scale, permute_rewards
-from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.presets import PRESETS, PGSwitches
 
 
@@ -65,7 +65,7 @@ def test_jackknife_error_matches_the_spread_of_repeated_measurements():
 
 
 def test_control_permutes_rewards_within_groups_only():
-    rollouts = _rollouts()  # group 0: rewards 1, 0; group 1: 0, 0.6
+    rollouts = _token_episodes()  # group 0: rewards 1, 0; group 1: 0, 0.6
     seen = set()
     for seed in range(20):
         out = permute_rewards(rollouts, seed)
@@ -95,10 +95,9 @@ def test_measured_gradient_is_reinforce_leave_one_out_and_mixes_by_kept_episodes
     """At the first step the ratio is 1, so the loop loss's gradient is REINFORCE-LOO with the per-episode token
     mean (Eq. 10); a mixture's gradient is its parts' weighted by how many episodes each kept."""
     model = _model(tokenizer)
-    learner = PolicyGradient(
-        model, PGSwitches.model_validate(PRESETS["loop"]), lr=0.0, pad_id=tokenizer.pad_token_id
-    )
-    rollouts = _rollouts()
+    switches = PGSwitches.model_validate(PRESETS["loop"])
+    learner = PolicyGradient(model, LearnerConfig(switches=switches, lr=0.0, pad_id=tokenizer.pad_token_id))
+    rollouts = _token_episodes()
     grad, kept = gradient(learner, rollouts)
     assert kept == 4
     assert torch.allclose(grad, _reinforce_gradient(model, per_token_mean=True), atol=1e-6)
@@ -115,7 +114,7 @@ def _parity_shares(tok, tasks: int, batches: int = 8) -> tuple[float, float]:
     torch.manual_seed(0)
     model = _model(tok)
     switches = PGSwitches.model_validate(PRESETS["loop"])
-    learner = PolicyGradient(model, switches, lr=0.0, pad_id=tok.pad_token_id)
+    learner = PolicyGradient(model, LearnerConfig(switches=switches, lr=0.0, pad_id=tok.pad_token_id))
     generator = torch.Generator().manual_seed(0)
     prompts = [[5, 6], [7, 8]]
     real, control = Batches(), Batches()
@@ -123,7 +122,7 @@ def _parity_shares(tok, tasks: int, batches: int = 8) -> tuple[float, float]:
         groups = [g for g in range(tasks) for _ in range(8)]
         replies = sample(model, [prompts[g % 2] for g in groups], 1, [], 0, generator=generator)
         rollouts = [
-            Rollout(prompts[g % 2] + c.token_ids, [0, 0, 1], float(c.token_ids[0] % 2 == g % 2), g)
+            TokenEpisode(prompts[g % 2] + c.token_ids, [0, 0, 1], float(c.token_ids[0] % 2 == g % 2), g)
             for g, c in zip(groups, replies, strict=True)
         ]
         real.add(gradient(learner, rollouts)[0])

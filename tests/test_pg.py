@@ -2,6 +2,7 @@
 at each importance-weight level, its gradient, the KL term, and the learner's update on a tiny model."""
 
 import math
+from typing import get_args
 
 import pytest
 import torch
@@ -11,8 +12,8 @@ from gymflow.errors import UserError
 from gymflow.models.build import build_model
 from gymflow.models.sampling import sample
 from gymflow.models.tokenizer import train_tokenizer
-from gymflow.train.advantages import gae, group_normalized, leave_one_out, reinforce_pp
-from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.advantages import EPISODE_ADVANTAGES, gae, group_normalized, leave_one_out, reinforce_pp
+from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
 from gymflow.train.presets import PRESETS, PGSwitches, switches
 
@@ -41,6 +42,26 @@ def test_reinforce_pp_whitens_returns_over_the_batch_tokens():
     # (3 * 0.25^2 + 0.75^2) / (4 - 1) = 0.25, std 0.5: advantages 0.25 / 0.5 and -0.75 / 0.5.
     adv = reinforce_pp(torch.tensor([1.0, 0.0]), torch.tensor([3, 1]))
     assert adv.tolist() == pytest.approx([0.5, -1.5], abs=1e-6)
+
+
+def test_episode_advantage_table_names_the_switches_estimators_and_calls_each_with_its_inputs():
+    """`PGSwitches.advantage` accepts exactly the table's names and gae (the token-level path); each name calls
+    its own estimator with the inputs it needs (REINFORCE++ weights by tokens, the others group)."""
+    assert set(get_args(PGSwitches.model_fields["advantage"].annotation)) == {*EPISODE_ADVANTAGES, "gae"}
+    rewards, groups, tokens = (
+        torch.tensor([1.0, 0.0, 0.5, 0.0]),
+        torch.tensor([0, 0, 1, 1]),
+        torch.tensor([3, 1, 2, 5]),
+    )
+    expected = {
+        "loo": leave_one_out(rewards, groups),
+        "group_norm": group_normalized(rewards, groups),
+        "reinforcepp": reinforce_pp(rewards, tokens),
+    }
+    assert expected.keys() == EPISODE_ADVANTAGES.keys()
+    for name, estimate in EPISODE_ADVANTAGES.items():
+        assert torch.equal(estimate(rewards, groups, tokens), expected[name]), name
+    assert not torch.equal(expected["loo"], expected["reinforcepp"])  # the check above tells them apart
 
 
 def test_gae_without_discount_is_reward_minus_value_and_with_it_follows_the_recursion():
@@ -110,6 +131,39 @@ def test_gradient_of_the_clipped_loss_on_two_tokens():
         assert logp.grad.tolist()[0] == pytest.approx(expected)
 
 
+def test_per_token_level_is_cleanrls_ppo_clip_averaged_per_episode():
+    """Level token against CleanRL's PPO loss written out per token (ratio, pg_loss1, pg_loss2, max), then Eq. 10's
+    mean over each episode's sampled tokens and the mean over episodes: the same loss and gradient. The ratios
+    fall on both sides of the clip range for a positive and a negative advantage."""
+    turns = [[0, 1, 1, 0, 2, 2], [0, 0, 1, 1, 1, 0]]
+    reply = (torch.tensor(turns) > 0).float()
+    old = torch.tensor([[-1.0, -2.0, -0.5, -3.0, -1.5, -0.7], [-0.2, -1.1, -2.2, -0.9, -1.4, -0.6]])
+    shift = torch.tensor([[0.5, 0.3, -0.05, 0.4, -0.4, 0.1], [-0.3, 0.2, 0.25, -0.3, 0.02, 0.6]])
+    adv = torch.tensor([[0.7], [-1.3]]) * reply
+    units = torch.tensor([unit_ids(t, "token") for t in turns])
+
+    logp = (old + shift).requires_grad_(True)
+    parts = clipped_objective(logp, old, adv, units, clip=0.2)
+    parts.loss.backward()
+
+    direct = (old + shift).requires_grad_(True)
+    ratio = (direct - old).exp()
+    pg_loss1 = -adv * ratio
+    pg_loss2 = -adv * torch.clamp(ratio, 1 - 0.2, 1 + 0.2)
+    pg_loss = torch.max(pg_loss1, pg_loss2)
+    loss = ((pg_loss * reply).sum(1) / reply.sum(1)).mean()
+    loss.backward()
+
+    assert float(parts.loss.detach()) == pytest.approx(float(loss.detach()), abs=1e-7)
+    assert torch.allclose(logp.grad, direct.grad, atol=1e-7)
+    # clipped: e^0.3 with A > 0, e^-0.3 with A < 0; context: no gradient; e^-0.4 with A > 0 is not clipped
+    assert (logp.grad == 0).tolist() == [
+        [True, True, False, True, False, False],
+        [True, True, False, True, False, True],
+    ]
+    assert (int(parts.clipped), int(parts.units)) == (2, 7)
+
+
 def test_context_positions_get_no_gradient_at_any_level():
     for level in ("token", "turn", "traj"):
         logp = (LOG_RATIO * 0.5).clone().requires_grad_(True)
@@ -135,6 +189,15 @@ def test_kl_penalty_is_k3_per_token_averaged_per_episode():
 # ---- the learner on a tiny model --------------------------------------------------------------------
 
 
+def test_learner_config_is_keyword_only_and_checked():
+    sw = PGSwitches.model_validate(PRESETS["loop"])
+    with pytest.raises(TypeError):
+        LearnerConfig(sw, 1e-3)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="max_tokens >= 1"):
+        LearnerConfig(switches=sw, lr=1e-3, max_tokens=0)
+    assert LearnerConfig(switches=sw, lr=1e-3).max_tokens == 16384
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return train_tokenizer(["left right up down go stop"] * 20, 300)
@@ -145,7 +208,7 @@ def _model(tokenizer):
     return build_model(cfg, tokenizer)
 
 
-def _rollouts() -> list[Rollout]:
+def _token_episodes() -> list[TokenEpisode]:
     """Two tasks, two samples each, replies of different lengths and numbers of turns."""
     shapes = [
         ([5, 6, 7, 10, 11, 8, 9, 12], [0, 0, 0, 1, 1, 0, 0, 2], 1.0, 0),
@@ -153,7 +216,11 @@ def _rollouts() -> list[Rollout]:
         ([5, 9, 14, 15, 16], [0, 0, 1, 1, 1], 0.0, 1),
         ([5, 9, 17, 8, 18], [0, 0, 1, 0, 2], 0.6, 1),
     ]
-    return [Rollout(ids, turns, reward, group) for ids, turns, reward, group in shapes]
+    return [TokenEpisode(ids, turns, reward, group) for ids, turns, reward, group in shapes]
+
+
+def _config(preset: str, **kw) -> LearnerConfig:
+    return LearnerConfig(switches=PGSwitches.model_validate(PRESETS[preset]), **kw)
 
 
 def _gradient(model) -> torch.Tensor:
@@ -163,8 +230,9 @@ def _gradient(model) -> torch.Tensor:
 def _learner_gradient(tokenizer, preset: str) -> tuple[torch.Tensor, torch.nn.Module]:
     model = _model(tokenizer)
     switches = PGSwitches.model_validate({**PRESETS[preset], "min_abs_advantage": 0, "max_grad_norm": None})
-    learner = PolicyGradient(model, switches, lr=0.0, pad_id=tokenizer.pad_token_id)  # lr 0: weights stay
-    learner.step(learner.prepare(_rollouts()))
+    config = LearnerConfig(switches=switches, lr=0.0, pad_id=tokenizer.pad_token_id)  # lr 0: weights stay
+    learner = PolicyGradient(model, config)
+    learner.step(learner.prepare(_token_episodes()))
     return _gradient(model), model
 
 
@@ -172,7 +240,7 @@ def _reinforce_gradient(model, per_token_mean: bool) -> torch.Tensor:
     """REINFORCE with the leave-one-out advantage, written directly: -(1/N) sum_i A_i sum_t log p(x_t) (Eq. 2),
     or with Eq. 10's 1/|a(x)| per episode."""
     model.zero_grad()
-    rollouts = _rollouts()
+    rollouts = _token_episodes()
     adv = leave_one_out(torch.tensor([r.reward for r in rollouts]), torch.tensor([r.group for r in rollouts]))
     total = 0.0
     for r, a in zip(rollouts, adv, strict=True):
@@ -202,17 +270,17 @@ def test_loop_with_one_epoch_and_no_minibatches_is_the_reinforce_leave_one_out_u
 
 
 def test_advantage_filter_drops_small_advantages(tokenizer):
-    rollouts = _rollouts()
+    rollouts = _token_episodes()
     rollouts[1].reward = 1.0  # group 0 now all 1: A = 0 for both
-    learner = PolicyGradient(_model(tokenizer), PGSwitches.model_validate(PRESETS["loop"]), 1e-3)
+    learner = PolicyGradient(_model(tokenizer), _config("loop", lr=1e-3))
     batch = learner.prepare(rollouts)
-    assert batch.stats["filtered"] == 0.5 and [r.group for r in batch.rollouts] == [1, 1]
+    assert batch.stats["filtered"] == 0.5 and [e.group for e in batch.episodes] == [1, 1]
 
 
 def test_kl_abort_stops_the_iteration(tokenizer):
     switches = PGSwitches.model_validate({**PRESETS["loop"], "kl_abort": 1e-9, "min_abs_advantage": 0})
-    learner = PolicyGradient(_model(tokenizer), switches, lr=0.05)
-    stats = learner.step(learner.prepare(_rollouts()))
+    learner = PolicyGradient(_model(tokenizer), LearnerConfig(switches=switches, lr=0.05))
+    stats = learner.step(learner.prepare(_token_episodes()))
     assert stats["aborted"] and stats["steps"] == 1  # the first step moved the policy; the second is skipped
 
 
@@ -221,8 +289,9 @@ def test_warmup_ramps_the_learning_rate_over_the_first_steps(tokenizer):
     gradient: with warm-up 4 the steps use lr/4, lr/2, 3lr/4, then lr."""
     model = _model(tokenizer)
     switches = PGSwitches.model_validate({**PRESETS["rloo"], "max_grad_norm": None})
-    learner = PolicyGradient(model, switches, lr=1e-3, pad_id=tokenizer.pad_token_id, warmup=4)
-    batch = learner.prepare(_rollouts())
+    config = LearnerConfig(switches=switches, lr=1e-3, pad_id=tokenizer.pad_token_id, warmup=4)
+    learner = PolicyGradient(model, config)
+    batch = learner.prepare(_token_episodes())
     rates, first_move = [], None
     for _ in range(5):
         rates.append(learner.optimizer.param_groups[0]["lr"])
@@ -237,10 +306,8 @@ def test_warmup_ramps_the_learning_rate_over_the_first_steps(tokenizer):
 
 
 def test_reference_model_only_when_there_is_a_kl_term(tokenizer):
-    assert (
-        PolicyGradient(_model(tokenizer), PGSwitches.model_validate(PRESETS["loop"]), 1e-3).reference is None
-    )
-    grpo = PolicyGradient(_model(tokenizer), PGSwitches.model_validate(PRESETS["grpo"]), 1e-3)
+    assert PolicyGradient(_model(tokenizer), _config("loop", lr=1e-3)).reference is None
+    grpo = PolicyGradient(_model(tokenizer), _config("grpo", lr=1e-3))
     assert grpo.reference is not None and not any(p.requires_grad for p in grpo.reference.parameters())
 
 
@@ -251,7 +318,7 @@ def test_every_preset_learns_a_one_turn_task_from_chance(tokenizer, preset):
     torch.manual_seed(0)
     model = _model(tokenizer)
     switches = PGSwitches.model_validate({**PRESETS[preset], "value_warmup": 2})
-    learner = PolicyGradient(model, switches, lr=1e-2, pad_id=tokenizer.pad_token_id)
+    learner = PolicyGradient(model, LearnerConfig(switches=switches, lr=1e-2, pad_id=tokenizer.pad_token_id))
     generator = torch.Generator().manual_seed(0)
     prompts = [[5, 6], [7, 8]]
     history = []
@@ -260,7 +327,7 @@ def test_every_preset_learns_a_one_turn_task_from_chance(tokenizer, preset):
         model.eval()
         replies = sample(model, [prompts[g % 2] for g in groups], 1, [], 0, generator=generator)
         rollouts = [
-            Rollout(
+            TokenEpisode(
                 prompts[g % 2] + c.token_ids, [0, 0, 1], float(c.token_ids[0] % 2 == g % 2), g, c.logprobs
             )
             for g, c in zip(groups, replies, strict=True)
@@ -278,10 +345,10 @@ def test_logprob_gap_compares_like_with_like_at_any_temperature(tokenizer, tempe
     are tempered. The diagnostic must compare the same quantity, so it is ~0 at every temperature."""
     torch.manual_seed(0)
     model = _model(tokenizer).eval()
-    learner = PolicyGradient(model, PGSwitches.model_validate(PRESETS["loop"]), 1e-3, temperature)
+    learner = PolicyGradient(model, _config("loop", lr=1e-3, temperature=temperature))
     replies = sample(model, [[5, 6]] * 8, 4, [], 0, temperature, generator=torch.Generator().manual_seed(0))
     rollouts = [
-        Rollout([5, 6] + c.token_ids, [0, 0] + [1] * len(c.token_ids), float(i % 2), 0, c.logprobs)
+        TokenEpisode([5, 6] + c.token_ids, [0, 0] + [1] * len(c.token_ids), float(i % 2), 0, c.logprobs)
         for i, c in enumerate(replies)
     ]
     assert learner.prepare(rollouts).stats["logprob_gap"] < 1e-5

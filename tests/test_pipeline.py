@@ -41,7 +41,8 @@ def tiny_params() -> dict:
     params["model"] = {**params["model"], "vocab_size": 400, "hidden_size": 16, "intermediate_size": 32}
     sft_envs = dict.fromkeys(params["sft"]["envs"], 1)
     params["sft"] = {**params["sft"], "envs": sft_envs, "batch_size": 2, "bf16": False, "log_every": 1}
-    params["evaluate"] = {**params["evaluate"], "envs": ["maze", "wordle"], "k": 1, "max_new_tokens": 8}
+    params["rollout"] = {**params["rollout"], "max_new_tokens": 8}
+    params["evaluate"] = {**params["evaluate"], "envs": ["maze", "wordle"], "k": 1}
     # AgentEvol: two iterations on every train task of two environments, 2 samples each
     iterations = {"evol1": {"explorer": "sft"}, "evol2": {"explorer": "evol1"}}
     evol = {"tasks": {"maze": None, "textcraft": 2}, "samples": 2, "epochs": 1.0, "iterations": iterations}
@@ -346,6 +347,7 @@ def snapshot(repo: Path) -> dict[Path, tuple[int, int]]:
             "sft.batch_size: Input should be a valid integer, got true",
         ),
         (["repro", "rl"], "instructions.train.maze", 10**9, "more than the 100,000 tasks maze can make"),
+        (["repro", "rl"], "evaluate.batch_size", 64, "evaluate.batch_size moved to rollout.batch_size"),
         (
             ["exp", "run", "-S", "instructions.train.maze=-5"],
             None,

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import EvalParams, ModelConfig, RLParams
+from gymflow.config import ModelConfig, RLParams, RolloutParams
 from gymflow.envs import make_env
 from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
@@ -19,10 +19,10 @@ from gymflow.rollout.engine import EarlyStop, SamplingConfig, episode_turns, rol
 from gymflow.rollout.expert import run_expert
 from gymflow.store.db import connect
 from gymflow.train import rl as rl_loop
-from gymflow.train.rl import learner_rollouts, train_rl
+from gymflow.train.rl import token_episodes, train_rl
 
 TASKS = build_splits(Maze, 6, 0, seed=0)["train"]
-PLAY = EvalParams(envs=["maze"], max_new_tokens=12, max_length=1024, batch_size=16)
+PLAY = RolloutParams(max_new_tokens=12, max_length=1024, batch_size=16)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_learner_sequences_are_the_sampled_ids_grouped_by_task(start):
     episodes = rollout(
         model, fmt, jobs, SamplingConfig(max_new_tokens=12), horizon=2, generator=torch.Generator()
     )
-    rollouts = learner_rollouts(episodes, fmt)
+    rollouts = token_episodes(episodes, fmt)
     assert [r.group for r in rollouts] == [0, 0, 1, 1]
     for ep, r in zip(episodes, rollouts, strict=True):
         sampled = [i for m in ep.messages if m.role == "assistant" for i in m.token_ids]

@@ -186,15 +186,15 @@ def test_sampling_params_reach_the_server(client, fmt):
 
 
 def test_evaluate_through_a_server_stores_what_the_in_process_policy_plays(saved, url, tmp_path):
-    from gymflow.config import EvalParams
+    from gymflow.config import EvalParams, RolloutParams
     from gymflow.eval.agenteval import evaluate_policy
     from gymflow.store.db import connect
 
-    cfg = EvalParams(envs=["maze"], k=0, max_new_tokens=12, temperature=1.0)
+    cfg, play = EvalParams(envs=["maze"], k=0, temperature=1.0), RolloutParams(max_new_tokens=12)
     tasks = {"maze": TASKS[:3]}
-    local = evaluate_policy("p", saved, tasks, cfg, tmp_path / "local")
-    served_cfg = cfg.model_copy(update={"servers": {"p": url}})
-    served = evaluate_policy("p", saved, tasks, served_cfg, tmp_path / "served")
+    local = evaluate_policy("p", saved, tasks, cfg, play, tmp_path / "local")
+    served_play = play.model_copy(update={"servers": {"p": url}})
+    served = evaluate_policy("p", saved, tasks, cfg, served_play, tmp_path / "served")
     assert local["maze"]["all"]["turns"] == served["maze"]["all"]["turns"] > 0
     query = "select t.token_ids from turns t join episodes e using (episode_id) order by e.task_id, t.turn"
     ids = [connect(tmp_path / d).execute(query).fetchall() for d in ("local", "served")]

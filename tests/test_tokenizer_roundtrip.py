@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import EvalParams, ModelConfig, RLParams, SFTParams
+from gymflow.config import ModelConfig, RLParams, RolloutParams, SFTParams
 from gymflow.envs import ENVS, make_env
 from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
@@ -107,7 +107,7 @@ def rl(init, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("rl")
     params = RLParams(tasks={"maze": 2}, samples=2, iterations=1, lr=1e-3, horizon=[{"turns": 2}])
-    play = EvalParams(envs=["maze"], max_new_tokens=8, max_length=1024, batch_size=4)
+    play = RolloutParams(max_new_tokens=8, max_length=1024, batch_size=4)
     train_rl(str(init), out / "model", {"maze": TASKS[:2]}, params, play, out / "rollouts", out / "rl.csv")
     return out / "model"
 

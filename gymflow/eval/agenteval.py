@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gymflow.config import EvalParams
+from gymflow.config import EvalParams, RolloutParams
 from gymflow.envs.base import Task
-from gymflow.eval.metrics import summarize
+from gymflow.eval.metrics import success_metrics
 from gymflow.rollout.engine import SamplingConfig
 from gymflow.rollout.play import load_policy, play, stored_speed
 from gymflow.rollout.records import RunInfo
@@ -20,15 +20,24 @@ from gymflow.store.io import read_rows
 
 
 def evaluate_policy(
-    name: str, model_dir: str | Path, tasks: dict[str, list[Task]], cfg: EvalParams, rollout_dir: Path
+    name: str,
+    model_dir: str | Path,
+    tasks: dict[str, list[Task]],
+    cfg: EvalParams,
+    rollout_cfg: RolloutParams,
+    rollout_dir: Path,
 ) -> dict[str, dict[str, Any]]:
-    """Play every task of every environment with the policy in `model_dir`; metrics per environment."""
-    server = cfg.servers.get(name)
+    """Play every task of every environment with the policy in `model_dir` (how: `rollout_cfg`); metrics per
+    environment."""
+    server = rollout_cfg.servers.get(name)
     policy = load_policy(name, model_dir, server)
     info = RunInfo(run="main", stage="evaluate", iteration=0, policy=name, policy_hash=policy.weights_hash)
-    how = [cfg.model_dump(exclude={"envs", "servers"}), server]  # what else runs does not change this one
-    greedy = SamplingConfig(0.0, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
-    sampled = SamplingConfig(cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    # what else runs does not change this one; the keys of the single section this was before `rollout:` had
+    # its own, so rollouts stored by then stay current
+    how = [cfg.model_dump(exclude={"envs"}) | rollout_cfg.model_dump(exclude={"servers"}), server]
+    lengths = rollout_cfg.max_new_tokens, rollout_cfg.max_length, rollout_cfg.batch_size
+    greedy = SamplingConfig(0.0, 1.0, *lengths)
+    sampled = SamplingConfig(cfg.temperature, cfg.top_p, *lengths)
     results = {}
     for env, env_tasks in tasks.items():
         runs = [([(t, 0) for t in env_tasks], greedy)]
@@ -42,6 +51,6 @@ def evaluate_policy(
 def summarize_file(path: Path, k: int) -> dict[str, Any]:
     """The metrics of one stored evaluation, read back from its episodes table; "all" carries the speed of
     the rollouts that wrote it."""
-    summary = summarize(read_rows(path), k)
+    summary = success_metrics(read_rows(path), k)
     summary["all"].update(stored_speed(path))
     return summary

@@ -15,7 +15,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def summarize(rows: list[dict[str, Any]], k: int) -> dict[str, dict[str, float]]:
+def success_metrics(rows: list[dict[str, Any]], k: int) -> dict[str, dict[str, float]]:
     """Per difficulty (and "all"): greedy success, mean reward and mean turns over the sample-0 (greedy)
     episodes; pass@k over the sampled ones (sample >= 1). Rows are `episodes` table rows."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -45,6 +45,13 @@ def build_initial(texts: list[str], cfg: ModelConfig, out_dir: Path) -> Qwen2For
     return model
 
 
+def lora_config(rank: int):
+    """The adapters SFT and RL train when `lora_rank` > 0: rank `rank` on every linear layer, alpha 2 * rank."""
+    from peft import LoraConfig  # only LoRA runs need peft loaded
+
+    return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear")
+
+
 def write_source(out_dir: Path, name_or_path: str) -> None:
     """Record that the initial model is `name_or_path`, unchanged, instead of a built one."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ class CompletionClient:
         except APIConnectionError:
             raise UserError(
                 f"no completion server answers at {base_url}: start one (`vllm serve MODEL` or "
-                "`gymflow serve-model PATH`) or fix the URL (evaluate.servers)"
+                "`gymflow serve-model PATH`) or fix the URL (rollout.servers)"
             ) from None
 
     def complete(

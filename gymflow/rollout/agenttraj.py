@@ -48,7 +48,7 @@ def is_current(folder: Path, env: str, digest: str) -> bool:
     return all(is_intact(table_path(folder, env, table), table, wanted) for table in ("episodes", "turns"))
 
 
-def collect(
+def gather_trajectories(
     tasks: dict[str, list[Task]], rollout_dir: str | Path, json_dir: str | Path, info: RunInfo
 ) -> None:
     """Run the expert on every task, keep the successes, write the tables and the JSON.
@@ -70,7 +70,7 @@ def collect(
                     continue
                 bars[env_name] = progress.add_task(f"{env_name:>10}", total=len(env_tasks))
                 args = (env_name, env_tasks, rollout_dir, json_dir, info, digest, done)
-                jobs.append(pool.submit(_collect_env, *args))
+                jobs.append(pool.submit(_gather_env, *args))
             while not all(job.done() for job in jobs) or not done.empty():
                 with contextlib.suppress(queue.Empty):
                     progress.advance(bars[done.get(timeout=0.2)])
@@ -78,7 +78,7 @@ def collect(
                 job.result()  # a worker's error surfaces here
 
 
-def _collect_env(
+def _gather_env(
     env_name: str,
     env_tasks: list[Task],
     rollout_dir: Path,
@@ -112,7 +112,7 @@ def write_episodes(
     write_rows(table_path(folder, prefix, "episodes"), "episodes", [e for e, _ in rows], metadata)
 
 
-def summarize(rollout_dir: str | Path, envs: list[str]) -> dict[str, dict[str, float]]:
+def trajectory_metrics(rollout_dir: str | Path, envs: list[str]) -> dict[str, dict[str, float]]:
     """Per environment: expert success over the attempted tasks, kept episodes, mean turns and characters."""
     db = connect(rollout_dir)
     rows = db.sql(

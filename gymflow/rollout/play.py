@@ -7,7 +7,6 @@ resumes from the environments it had not finished.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from gymflow.agent.chat import ChatFormat
 from gymflow.envs.base import Task
 from gymflow.models.build import load_tokenizer, resolve
+from gymflow.models.files import weights_hash
 from gymflow.models.openai_client import CompletionClient
 from gymflow.rollout.agenttraj import is_current, write_episodes
 from gymflow.rollout.engine import SamplingConfig, rollout
@@ -99,11 +99,3 @@ def rollout_speed(episodes: list[Episode], seconds: float) -> dict[str, float]:
         "steps_per_s": round(sum(ep.turns for ep in episodes) / seconds, 1),
         "tokens_per_s": round(generated / seconds),
     }
-
-
-def weights_hash(model: torch.nn.Module) -> str:
-    """A content hash of the weights, so that rollouts name exactly the policy that made them."""
-    h = hashlib.sha256()
-    for tensor in model.state_dict().values():
-        h.update(tensor.detach().to("cpu", torch.float32).numpy().tobytes())
-    return h.hexdigest()[:12]

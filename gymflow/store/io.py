@@ -9,6 +9,7 @@ check counts a damaged file as missing (`is_intact`), so rerunning the stage wri
 
 from __future__ import annotations
 
+import csv
 import glob
 import os
 import secrets
@@ -106,6 +107,15 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
+def write_csv(path: str | Path, rows: Sequence[dict[str, Any]], fields: Sequence[str]) -> None:
+    """A CSV of `rows` with the columns `fields` (keys not among them are left out), written whole or not at
+    all: the curves `dvc plots` draws."""
+    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(fields), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def table_path(folder: str | Path, prefix: str, table: str) -> Path:
     """Files are named `<prefix>.<table>.parquet`, which is how the DuckDB views find them."""
     if table not in TABLES:
@@ -192,25 +202,26 @@ def schema_problem(schema: pa.Schema, table: str) -> str | None:
     return None
 
 
-def _read(path: Path, table: str, keep: bool) -> tuple[pa.Table | None, str | None]:
-    """Read `path` whole, page checksums verified, and check it against `table`: (the data if `keep`, None)
-    or (None, what is wrong with it)."""
+def _read(path: Path, table: str, keep: bool) -> tuple[pa.Table | None, str | None, dict[bytes, bytes]]:
+    """Read `path` whole, page checksums verified, and check it against `table`: (the data if `keep`, None,
+    the footer's key-value metadata) or (None, what is wrong with it, {})."""
     try:
         with pq.ParquetFile(path, page_checksum_verification=True) as f:
             problem = schema_problem(f.schema_arrow, table)
             if problem:
-                return None, problem
+                return None, problem, {}
+            metadata = f.schema_arrow.metadata or {}
             # full validation: a string that is not UTF-8 (a flip in a file without checksums) fails here, not
             # later in whoever reads the value
             if keep:
                 data = f.read()
                 data.validate(full=True)
-                return data, None
+                return data, None, metadata
             for i in range(f.num_row_groups):  # a row group at a time: memory stays bounded
                 f.read_row_group(i).validate(full=True)
-            return None, None
+            return None, None, metadata
     except Exception as e:  # any failure to read is damage; pyarrow raises a dozen kinds of it
-        return None, f"is unreadable ({_why_unreadable(path, e)})"
+        return None, f"is unreadable ({_why_unreadable(path, e)})", {}
 
 
 def _damaged(path: str | Path, problem: str) -> UserError:
@@ -220,14 +231,14 @@ def _damaged(path: str | Path, problem: str) -> UserError:
 
 def check_table(path: str | Path, table: str) -> None:
     """Raise a one-line UserError, naming `path` and how to rebuild it, unless it reads whole as `table`."""
-    _, problem = _read(Path(path), table, keep=False)
+    _, problem, _ = _read(Path(path), table, keep=False)
     if problem:
         raise _damaged(path, problem)
 
 
 def read_table(path: str | Path, table: str | None = None) -> pa.Table:
     """A table file (its table by default from its name) as Arrow, checked as `check_table` checks."""
-    data, problem = _read(Path(path), table or table_of(path), keep=True)
+    data, problem, _ = _read(Path(path), table or table_of(path), keep=True)
     if problem:
         raise _damaged(path, problem)
     return data
@@ -243,6 +254,10 @@ def file_metadata(path: str | Path) -> dict[str, str]:
         meta = pq.read_schema(path).metadata or {}
     except Exception as e:
         raise _damaged(path, f"is unreadable ({_why_unreadable(Path(path), e)})") from None
+    return _decoded(meta)
+
+
+def _decoded(meta: dict[bytes, bytes]) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in meta.items()}
 
 
@@ -254,8 +269,8 @@ def is_intact(path: str | Path, table: str, metadata: dict[str, str] | None = No
     path = Path(path)
     if not path.exists():
         return False
-    _, problem = _read(path, table, keep=False)
+    _, problem, footer = _read(path, table, keep=False)
     if problem:
         print(f"{path} {problem}: writing it again", file=sys.stderr)
         return False
-    return (metadata or {}).items() <= file_metadata(path).items()
+    return (metadata or {}).items() <= _decoded(footer).items()

@@ -1,11 +1,13 @@
 """Advantage estimators of the policy-gradient family, as the papers write them.
 
 Rewards are one number per episode (the environment's terminal reward); `groups` says which episodes share a
-task (the K samples of one task in one iteration). Monte Carlo estimators give one advantage per episode;
-GAE gives one per sampled token.
+task (the K samples of one task in one iteration). Monte Carlo estimators give one advantage per episode and
+the learner looks them up by name in `EPISODE_ADVANTAGES`; GAE gives one per sampled token from a value head.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -40,6 +42,16 @@ def reinforce_pp(rewards: torch.Tensor, tokens: torch.Tensor, eps: float = 1e-8)
     mean = (weight * rewards).sum() / n
     var = (weight * (rewards - mean) ** 2).sum() / (n - 1).clamp(min=1)
     return (rewards - mean) * torch.rsqrt(var + eps)
+
+
+# The Monte Carlo estimators by `PGSwitches.advantage` name, one signature: per episode its reward, group and number
+# of sampled tokens [N] in, its advantage [N] out. `gae` is not here: it needs the value head (`PolicyGradient`).
+EpisodeAdvantage = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+EPISODE_ADVANTAGES: dict[str, EpisodeAdvantage] = {
+    "loo": lambda rewards, groups, tokens: leave_one_out(rewards, groups),
+    "group_norm": lambda rewards, groups, tokens: group_normalized(rewards, groups),
+    "reinforcepp": lambda rewards, groups, tokens: reinforce_pp(rewards, tokens),
+}
 
 
 def gae(

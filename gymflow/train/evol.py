@@ -18,13 +18,14 @@ import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import EvalParams, EvolSettings
+from gymflow.config import EvolSettings, RolloutParams
 from gymflow.envs.base import Task
 from gymflow.rollout.engine import SamplingConfig, episode_tokens
 from gymflow.rollout.play import load_policy, play
 from gymflow.rollout.records import Message, RunInfo
 from gymflow.store.db import connect
 from gymflow.store.io import write_table
+from gymflow.train.draws import draw_tasks, iteration_seed
 from gymflow.train.sft import conversations
 
 # The filter: explored episodes of one iteration that succeeded (each environment's own rule: AgentGym's binary
@@ -51,19 +52,12 @@ KEPT_SCHEMA = pa.schema(
 Row = dict[str, list[int]]  # a training example: input_ids and assistant_masks (1 where the loss is)
 
 
-def draw_tasks(tasks: list[Task], n: int | None, seed: int, iteration: int) -> list[Task]:
-    """The train tasks an iteration explores: all of them, or a draw of `n` that differs per iteration."""
-    if n is None or n >= len(tasks):
-        return tasks
-    return random.Random(seed * 10_000 + iteration).sample(tasks, n)
-
-
 def explore(
     explorer: str,
     model_dir: Path,
     tasks: dict[str, list[Task]],
     settings: EvolSettings,
-    rollout_cfg: EvalParams,
+    rollout_cfg: RolloutParams,
     iteration: int,
     out_dir: Path,
 ) -> dict[str, dict[str, Any]]:
@@ -77,7 +71,7 @@ def explore(
     for env, env_tasks in tasks.items():
         drawn = draw_tasks(env_tasks, settings.tasks[env], settings.seed, iteration)
         jobs = [(t, i) for t in drawn for i in range(settings.samples)]
-        play(policy, [(jobs, sampling)], settings.seed * 10_000 + iteration, out_dir, env, info, how)
+        play(policy, [(jobs, sampling)], iteration_seed(settings.seed, iteration), out_dir, env, info, how)
     db = connect(out_dir)
     rows = db.execute(
         """select env, count(*), avg(success), count(distinct task_id) filter (where success = 1)

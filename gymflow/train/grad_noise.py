@@ -19,14 +19,14 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import EvalParams, RLParams
+from gymflow.config import RLParams, RolloutParams
 from gymflow.envs.base import Task
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer
 from gymflow.rollout.engine import SamplingConfig
-from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.presets import switches
-from gymflow.train.rl import collect, learner_rollouts
+from gymflow.train.rl import sample_groups, token_episodes
 
 
 @dataclass
@@ -72,7 +72,7 @@ def noise_scale(share: float, batch: float) -> float:
     return batch * (1 - share) / share if share > 0 else float("inf")
 
 
-def permute_rewards(rollouts: list[Rollout], seed: int) -> list[Rollout]:
+def permute_rewards(rollouts: list[TokenEpisode], seed: int) -> list[TokenEpisode]:
     """The control: each group's rewards shuffled among its episodes."""
     rng = random.Random(seed)
     groups: dict[int, list[int]] = {}
@@ -106,28 +106,39 @@ def disjoint_draws(
     ]
 
 
-def gradient(learner: PolicyGradient, rollouts: list[Rollout]) -> tuple[torch.Tensor, int]:
+def gradient(learner: PolicyGradient, rollouts: list[TokenEpisode]) -> tuple[torch.Tensor, int]:
     """The flattened gradient of the learner's loss (its first step: the ratio is 1) over the kept episodes,
     and how many were kept."""
     batch = learner.prepare(rollouts)
     learner.model.zero_grad()
-    if batch.rollouts:
-        learner.backward(batch, range(len(batch.rollouts)), learner.units(batch))
+    if batch.episodes:
+        learner.backward(batch, range(len(batch.episodes)), learner.units(batch))
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in learner.params]
-    return torch.cat([g.flatten() for g in grads]).detach(), len(batch.rollouts)  # cat copies
+    return torch.cat([g.flatten() for g in grads]).detach(), len(batch.episodes)  # cat copies
 
 
 def measure(
-    start_dir: str, tasks: dict[str, list[Task]], rl: RLParams, cfg: EvalParams, batches: int, seed: int = 0
+    start_dir: str,
+    tasks: dict[str, list[Task]],
+    rl: RLParams,
+    cfg: RolloutParams,
+    batches: int,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Per environment and for the whole mixture: episodes and kept episodes per batch (one iteration's draw
     of `rl.tasks`, K = `rl.samples`), the signal share with its control, and the noise scale."""
     tokenizer = load_tokenizer(start_dir)
     fmt = ChatFormat(tokenizer)
     model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32)
-    learner = PolicyGradient(
-        model, switches(rl), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, seed
+    config = LearnerConfig(
+        switches=switches(rl),
+        lr=rl.lr,
+        temperature=rl.temperature,
+        max_tokens=rl.max_tokens,
+        pad_id=tokenizer.pad_token_id,
+        seed=seed,
     )
+    learner = PolicyGradient(model, config)
     learner.model.eval()  # no dropout in the measured gradient, as in the sampler
     sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
     generator = torch.Generator().manual_seed(seed)
@@ -139,8 +150,8 @@ def measure(
     for b, drawn in enumerate(disjoint_draws(tasks, rl.tasks, batches, seed)):
         parts: dict[str, list[tuple[torch.Tensor, int]]] = {"real": [], "control": []}
         for env in envs:
-            played, _ = collect(model, fmt, {env: drawn[env]}, rl.samples, sampling, generator)
-            rollouts = learner_rollouts(played, fmt)
+            played, _ = sample_groups(model, fmt, {env: drawn[env]}, rl.samples, sampling, generator)
+            rollouts = token_episodes(played, fmt)
             episodes[env] += len(rollouts)
             for kind, rs in (("real", rollouts), ("control", permute_rewards(rollouts, seed * 1000 + b))):
                 parts[kind].append(gradient(learner, rs))

@@ -1,14 +1,17 @@
 """The policy-gradient learner: one trainer whose switches (`gymflow.train.presets.PGSwitches`) make LOOP, RLOO, GRPO,
 REINFORCE++ and PPO with a value head.
 
-It sees episodes as token sequences exactly as they were sampled (`Rollout`): context ids carry no loss, each
-reply's ids carry the loss. An update (`PolicyGradient.step`) is LOOP Algorithm 1, lines 5-9:
+It sees episodes as token sequences exactly as they were sampled (`TokenEpisode`): context ids carry no loss,
+each reply's ids carry the loss. An update (`PolicyGradient.step`) is LOOP Algorithm 1, lines 5-9:
 1. the learner recomputes the log-probabilities of the sampled tokens under the weights that sampled them
    (the PPO denominator; LOOP App. D), and under the frozen reference if there is a KL term;
-2. advantages from the rewards of each task's group (or a value head and GAE), and episodes with
-   |A| < `min_abs_advantage` are dropped;
+2. advantages from the rewards of each task's group (`EPISODE_ADVANTAGES`, or a value head and GAE), and
+   episodes with |A| < `min_abs_advantage` are dropped;
 3. `epochs` passes of `minibatches` clipped gradient steps over the shuffled episodes, each step's
    episodes split into forward passes of at most `max_tokens`.
+
+    learner = PolicyGradient(model, LearnerConfig(switches=switches(rl), lr=rl.lr, pad_id=tokenizer.pad_token_id))
+    learner.step(learner.prepare(token_episodes(episodes, fmt)))   # gymflow.train.rl
 """
 
 from __future__ import annotations
@@ -23,14 +26,14 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from gymflow.train.advantages import gae, group_normalized, leave_one_out, reinforce_pp
+from gymflow.train.advantages import EPISODE_ADVANTAGES, gae
 from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
 from gymflow.train.presets import PGSwitches
 
 
 @dataclass
-class Rollout:
-    """One episode as the learner sees it."""
+class TokenEpisode:
+    """One episode as the learner sees it: the token ids sampled, and which reply each id belongs to."""
 
     ids: list[int]  # the whole sequence the sampler fed and produced
     turns: list[int]  # per id: the reply it was sampled in (1, 2, ...), 0 for context
@@ -40,7 +43,9 @@ class Rollout:
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.turns) or not any(self.turns) or self.turns[0]:
-            raise ValueError("a rollout needs one reply number per id, some reply ids, and context first")
+            raise ValueError(
+                "a token episode needs one reply number per id, some reply ids, and context first"
+            )
 
 
 class ValueHead(nn.Module):
@@ -58,11 +63,38 @@ class ValueHead(nn.Module):
         return self.out(self.net(h)).squeeze(-1)
 
 
+@dataclass(kw_only=True, frozen=True)
+class LearnerConfig:
+    """Everything `PolicyGradient` needs besides the model (`rl`'s section gives each; typical values there)."""
+
+    switches: PGSwitches
+    """the algorithm: `rl.algorithm`'s preset with `rl.switches` over it (`gymflow.train.presets.switches`)"""
+    lr: float
+    """AdamW's learning rate (weight decay 0)"""
+    temperature: float = 1.0
+    """the sampler's: log-probabilities are recomputed at the temperature the tokens were drawn with"""
+    max_tokens: int = 16384
+    """padded ids per forward pass: caps the activations' memory, not the gradient (passes accumulate)"""
+    pad_id: int = 0
+    """the tokenizer's padding id, to fill rows of unequal length"""
+    seed: int = 0
+    """seeds the mini-batch shuffle"""
+    warmup: int = 0
+    """optimizer steps of linear learning-rate warm-up (0: none)"""
+
+    def __post_init__(self) -> None:
+        if self.lr < 0 or self.temperature <= 0 or self.max_tokens < 1 or self.warmup < 0:
+            raise ValueError(
+                f"LearnerConfig(lr={self.lr}, temperature={self.temperature}, max_tokens={self.max_tokens}, "
+                f"warmup={self.warmup}): needs lr >= 0, temperature > 0, max_tokens >= 1 and warmup >= 0"
+            )
+
+
 @dataclass
 class Prepared:
-    """An iteration's rollouts with everything the update needs, one tensor per kept rollout."""
+    """An iteration's episodes with everything the update needs, one tensor per kept episode."""
 
-    rollouts: list[Rollout]
+    episodes: list[TokenEpisode]
     old_logp: list[torch.Tensor]  # per id (0 at context), under the sampling weights
     advantages: list[torch.Tensor]  # per id (0 at context)
     returns: list[torch.Tensor] | None  # value targets per id (gae)
@@ -71,41 +103,31 @@ class Prepared:
 
 
 class PolicyGradient:
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        switches: PGSwitches,
-        lr: float,
-        temperature: float = 1.0,
-        max_tokens: int = 16384,
-        pad_id: int = 0,
-        seed: int = 0,
-        warmup: int = 0,
-    ) -> None:
-        self.model, self.sw, self.temperature = model, switches, temperature
-        self.max_tokens, self.pad_id = max_tokens, pad_id
+    def __init__(self, model: PreTrainedModel, config: LearnerConfig) -> None:
+        self.model, self.config, self.sw = model, config, config.switches
+        warmup = config.warmup
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
         # Linear warm-up over the first `warmup` steps: Adam's first steps move every weight by about lr,
         # whatever its gradient's size, and that is where the KL to the sampler jumped.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )
         self.reference = None
-        if switches.kl_coef > 0 and not hasattr(model, "disable_adapter"):  # LoRA: the base is the reference
+        if self.sw.kl_coef > 0 and not hasattr(model, "disable_adapter"):  # LoRA: the base is the reference
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.value = self.value_optimizer = None
-        if switches.advantage == "gae":
+        if self.sw.advantage == "gae":
             self.value = ValueHead(model.config.hidden_size)
-            self.value_optimizer = torch.optim.AdamW(self.value.parameters(), lr=switches.value_lr)
-        self.generator = torch.Generator().manual_seed(seed)
-        self.value_warm = switches.value_warmup == 0
+            self.value_optimizer = torch.optim.AdamW(self.value.parameters(), lr=self.sw.value_lr)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.value_warm = self.sw.value_warmup == 0
 
     # ---- forward passes ---------------------------------------------------------------------------
     def _forward(
         self,
         model: nn.Module,
-        rows: Sequence[Rollout],
+        rows: Sequence[TokenEpisode],
         hidden: bool = False,
         temperature: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -114,7 +136,7 @@ class PolicyGradient:
         ([B, T, H], for values); and the mask of real ids. The LM head and softmax run at reply positions
         only: most of a multi-turn sequence is context, and the full-vocabulary softmax is costly on CPU."""
         width = max(len(r.ids) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        ids = torch.full((len(rows), width), self.config.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         reply = torch.zeros((len(rows), width), dtype=torch.bool)
         for i, r in enumerate(rows):
@@ -125,7 +147,8 @@ class PolicyGradient:
         states = causal_lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
         where = reply.nonzero(as_tuple=True)
         before = states[where[0], where[1] - 1]  # the state each reply id was predicted from
-        logp_all = (causal_lm.lm_head(before).float() / (temperature or self.temperature)).log_softmax(-1)
+        temperature = temperature or self.config.temperature
+        logp_all = (causal_lm.lm_head(before).float() / temperature).log_softmax(-1)
         logp = logp_all.gather(-1, ids[where][:, None]).squeeze(-1)
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)
@@ -140,11 +163,11 @@ class PolicyGradient:
             mask,
         )
 
-    def _chunks(self, order: Sequence[int], rollouts: Sequence[Rollout]) -> Iterator[list[int]]:
+    def _chunks(self, order: Sequence[int], episodes: Sequence[TokenEpisode]) -> Iterator[list[int]]:
         """`order` cut into forward passes of at most `max_tokens` padded ids, similar lengths together."""
         chunk: list[int] = []
-        for i in sorted(order, key=lambda i: len(rollouts[i].ids)):
-            if chunk and (len(chunk) + 1) * len(rollouts[i].ids) > self.max_tokens:
+        for i in sorted(order, key=lambda i: len(episodes[i].ids)):
+            if chunk and (len(chunk) + 1) * len(episodes[i].ids) > self.config.max_tokens:
                 yield chunk
                 chunk = []
             chunk.append(i)
@@ -152,22 +175,24 @@ class PolicyGradient:
             yield chunk
 
     @torch.no_grad()
-    def _score(self, rollouts: Sequence[Rollout]) -> tuple[list, list | None, list | None, list]:
-        """Old log-probabilities (and reference ones, and hidden states for values) of every rollout, and
+    def _score(self, episodes: Sequence[TokenEpisode]) -> tuple[list, list | None, list | None, list]:
+        """Old log-probabilities (and reference ones, and hidden states for values) of every episode, and
         the untempered ones the sampler stores (as vLLM does by default), for the agreement check."""
-        old, ref, hid = [None] * len(rollouts), [None] * len(rollouts), [None] * len(rollouts)
-        untempered = [None] * len(rollouts)
+        old, ref, hid = [None] * len(episodes), [None] * len(episodes), [None] * len(episodes)
+        untempered = [None] * len(episodes)
         self.model.eval()
-        for chunk in self._chunks(range(len(rollouts)), rollouts):
-            rows = [rollouts[i] for i in chunk]
+        for chunk in self._chunks(range(len(episodes)), episodes):
+            rows = [episodes[i] for i in chunk]
             logp, _, h, _ = self._forward(self.model, rows, hidden=self.value is not None)
-            raw = logp if self.temperature == 1 else self._forward(self.model, rows, temperature=1.0)[0]
+            raw = logp
+            if self.config.temperature != 1:
+                raw = self._forward(self.model, rows, temperature=1.0)[0]
             ref_logp = None
             if self.sw.kl_coef > 0:
                 with self._reference() as reference:
                     ref_logp = self._forward(reference, rows)[0]
             for j, i in enumerate(chunk):
-                n = len(rollouts[i].ids)
+                n = len(episodes[i].ids)
                 old[i], untempered[i] = logp[j, :n], raw[j, :n]
                 ref[i] = ref_logp[j, :n] if ref_logp is not None else None
                 hid[i] = h[j, :n] if h is not None else None
@@ -184,52 +209,58 @@ class PolicyGradient:
                 yield self.model
 
     # ---- advantages -------------------------------------------------------------------------------
-    def prepare(self, rollouts: Sequence[Rollout]) -> Prepared:
-        """Score the rollouts, estimate advantages, and drop those below `min_abs_advantage`."""
-        old, ref, hidden, untempered = self._score(rollouts)
-        rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float64)
-        groups = torch.tensor([r.group for r in rollouts])
-        masks = [torch.tensor([float(t > 0) for t in r.turns]) for r in rollouts]
-        stats = {"logprob_gap": _logprob_gap(rollouts, untempered)}
-        returns = None
+    def prepare(self, episodes: Sequence[TokenEpisode]) -> Prepared:
+        """Score the episodes, estimate advantages, and drop those below `min_abs_advantage`."""
+        old, ref, hidden, untempered = self._score(episodes)
+        masks = [torch.tensor([float(t > 0) for t in e.turns]) for e in episodes]
+        stats = {"logprob_gap": _logprob_gap(episodes, untempered)}
+        keep, returns = list(range(len(episodes))), None
         if self.sw.advantage == "gae":
             if not self.value_warm:
-                stats["value_loss_warmup"] = self._warm_values(rollouts, hidden, masks)
+                stats["value_loss_warmup"] = self._warm_values(episodes, hidden, masks)
                 self.value_warm = True
-            advantages, returns = [], []
-            with torch.no_grad():
-                for r, h, m in zip(rollouts, hidden, masks, strict=True):
-                    reply = m.bool()
-                    values = self.value(h[reply]).clamp(0, 1).double()
-                    adv, ret = gae(r.reward, values, self.sw.gamma, self.sw.lam)
-                    advantages.append(_scatter(adv.float(), reply))
-                    returns.append(_scatter(ret.float(), reply))
+            advantages, returns = self._gae(episodes, hidden, masks)
         else:
-            if self.sw.advantage == "loo":
-                per_episode = leave_one_out(rewards, groups)
-            elif self.sw.advantage == "group_norm":
-                per_episode = group_normalized(rewards, groups)
-            else:
-                per_episode = reinforce_pp(rewards, torch.tensor([int(m.sum()) for m in masks]))
+            rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float64)
+            groups = torch.tensor([e.group for e in episodes])
+            tokens = torch.tensor([int(m.sum()) for m in masks])
+            per_episode = EPISODE_ADVANTAGES[self.sw.advantage](rewards, groups, tokens)
             advantages = [float(a) * m for a, m in zip(per_episode, masks, strict=True)]
-        keep = list(range(len(rollouts)))
-        if self.sw.min_abs_advantage > 0 and self.sw.advantage != "gae":
-            keep = [i for i in keep if abs(float(per_episode[i])) >= self.sw.min_abs_advantage]
-        stats["filtered"] = 1 - len(keep) / len(rollouts)
+            if self.sw.min_abs_advantage > 0:
+                keep = [i for i in keep if abs(float(per_episode[i])) >= self.sw.min_abs_advantage]
+        stats["filtered"] = 1 - len(keep) / len(episodes)
 
         def pick(xs):
             return None if xs is None else [xs[i] for i in keep]
 
         return Prepared(
-            [rollouts[i] for i in keep], pick(old), pick(advantages), pick(returns), pick(ref), stats
+            episodes=pick(episodes),
+            old_logp=pick(old),
+            advantages=pick(advantages),
+            returns=pick(returns),
+            ref_logp=pick(ref),
+            stats=stats,
         )
 
-    def _warm_values(self, rollouts, hidden, masks) -> float:
+    @torch.no_grad()
+    def _gae(self, episodes, hidden, masks) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per-id advantages and value targets (0 at context) from the value head, its predictions clipped to
+        the reward range [0, 1] (LOOP C.5)."""
+        advantages, returns = [], []
+        for e, h, m in zip(episodes, hidden, masks, strict=True):
+            reply = m.bool()
+            values = self.value(h[reply]).clamp(0, 1).double()
+            adv, ret = gae(e.reward, values, self.sw.gamma, self.sw.lam)
+            advantages.append(_scatter(adv.float(), reply))
+            returns.append(_scatter(ret.float(), reply))
+        return advantages, returns
+
+    def _warm_values(self, episodes, hidden, masks) -> float:
         """`value_warmup` value-only passes over the first iteration (LOOP C.5 pre-trains its critic)."""
-        targets = [torch.full_like(m, r.reward) for r, m in zip(rollouts, masks, strict=True)]
+        targets = [torch.full_like(m, e.reward) for e, m in zip(episodes, masks, strict=True)]
         loss = float("nan")
         for _ in range(self.sw.value_warmup):
-            for part in self._minibatches(len(rollouts)):
+            for part in self._minibatches(len(episodes)):
                 loss = self._value_step(
                     [hidden[i] for i in part], [targets[i] for i in part], [masks[i] for i in part]
                 )
@@ -258,8 +289,8 @@ class PolicyGradient:
         sums = dict.fromkeys(
             ("kl", "entropy", "reply_tokens", "clipped", "units", "tokens", "kl_ref", "value_loss"), 0.0
         )
-        for chunk in self._chunks(part, batch.rollouts):
-            rows = [batch.rollouts[i] for i in chunk]
+        for chunk in self._chunks(part, batch.episodes):
+            rows = [batch.episodes[i] for i in chunk]
             logp, entropy, h, mask = self._forward(self.model, rows, hidden=self.value is not None)
             old = _pad([batch.old_logp[i] for i in chunk], logp.shape[1])
             adv = _pad([batch.advantages[i] for i in chunk], logp.shape[1])
@@ -299,7 +330,7 @@ class PolicyGradient:
         self.model.train()
         units = self.units(batch)
         for _ in range(self.sw.epochs):
-            for part in self._minibatches(len(batch.rollouts)) if batch.rollouts else []:
+            for part in self._minibatches(len(batch.episodes)) if batch.episodes else []:
                 self.optimizer.zero_grad()
                 if self.value is not None:
                     self.value_optimizer.zero_grad()
@@ -343,7 +374,7 @@ class PolicyGradient:
 
     def units(self, batch: Prepared) -> list[torch.Tensor]:
         """Each kept episode's importance-weight unit per id, at the switches' level."""
-        return [torch.tensor(unit_ids(r.turns, self.sw.level)) for r in batch.rollouts]
+        return [torch.tensor(unit_ids(e.turns, self.sw.level)) for e in batch.episodes]
 
 
 def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
@@ -358,11 +389,11 @@ def _scatter(values: torch.Tensor, reply: torch.Tensor) -> torch.Tensor:
     return torch.zeros(len(reply), dtype=values.dtype).index_put((reply.nonzero().squeeze(-1),), values)
 
 
-def _logprob_gap(rollouts: Sequence[Rollout], old: Sequence[torch.Tensor]) -> float:
+def _logprob_gap(episodes: Sequence[TokenEpisode], old: Sequence[torch.Tensor]) -> float:
     """Mean |sampler log-prob - learner log-prob| over reply ids (0 when both computed the same numbers)."""
     gaps = []
-    for r, lp in zip(rollouts, old, strict=True):
-        if r.sampled_logp:
-            learner = lp[torch.tensor(r.turns) > 0]
-            gaps.append((learner - torch.tensor(r.sampled_logp)).abs())
+    for e, lp in zip(episodes, old, strict=True):
+        if e.sampled_logp:
+            learner = lp[torch.tensor(e.turns) > 0]
+            gaps.append((learner - torch.tensor(e.sampled_logp)).abs())
     return float(torch.cat(gaps).mean()) if gaps else 0.0

@@ -1,11 +1,13 @@
 """The clipped policy objective at the three importance-weight levels of LOOP (Eq. 9, Eq. 10, Figure 2), and
 the KL penalty to a frozen reference (GRPO).
 
-Every level is one formula over "units" of sampled tokens: a unit's importance weight is the product of its
-tokens' probability ratios, exp(sum of log-ratios). A token is a unit of its own (Eq. 10, per-token), the
+Every level is PPO's clipped surrogate over "units" of sampled tokens: a unit's importance weight is the product
+of its tokens' probability ratios, exp(sum of log-ratios). A token is a unit of its own (Eq. 10, per-token), the
 tokens of one reply are a unit (per-turn), or all sampled tokens of the episode are one unit (Eq. 9,
-per-trajectory). Each unit contributes min(w A, g(A)) with g(A) = A + eps |A|, which is PPO's clipped
-objective; an episode's objective is the mean over its units, and the loss is minus the mean over episodes.
+per-trajectory). A unit's loss is CleanRL's max(-A w, -A clip(w, 1 - eps, 1 + eps)) with the clipped branch
+as LOOP writes it, -g(A) with g(A) = A + eps |A| (Eq. 4): the same value wherever that branch is the larger, and
+a constant, so no gradient flows through it. An episode's loss is the mean over its units, the batch's the mean
+over episodes.
 """
 
 from __future__ import annotations
@@ -44,14 +46,20 @@ def clipped_objective(
         return torch.zeros(b, n_units, dtype=x.dtype).scatter_add_(1, index, x * in_loss)
 
     tokens = per_unit(torch.ones_like(logp))[:, 1:]  # tokens per unit; 0: no such unit in this row
+    present = (tokens > 0).to(logp.dtype)
     log_ratio = per_unit(logp - old_logp)[:, 1:].clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     adv = per_unit(advantages)[:, 1:] / tokens.clamp(min=1)
+
+    # PPO's clip per unit. pg_loss2 is -g(A), which equals CleanRL's -adv * clamp(ratio, 1 - clip, 1 + clip)
+    # wherever that branch is the larger one, and is a constant: no gradient through the clipped branch.
     ratio = log_ratio.exp()
-    objective = torch.minimum(ratio * adv, adv + clip * adv.abs())
-    present = (tokens > 0).to(logp.dtype)
-    per_episode = (objective * present).sum(1) / present.sum(1).clamp(min=1)
+    pg_loss1 = -adv * ratio
+    pg_loss2 = -(adv + clip * adv.abs())
+    pg_loss = torch.max(pg_loss1, pg_loss2)  # [B, units]
+
+    per_episode = (pg_loss * present).sum(1) / present.sum(1).clamp(min=1)
     clipped = ((adv > 0) & (ratio > 1 + clip)) | ((adv < 0) & (ratio < 1 - clip))
-    return LossParts(-per_episode.mean(), (clipped & (present > 0)).sum(), present.sum())
+    return LossParts(per_episode.mean(), (clipped & (present > 0)).sum(), present.sum())
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

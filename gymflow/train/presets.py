@@ -18,6 +18,7 @@ from gymflow.errors import UserError
 class PGSwitches(Section):
     """The switches of the policy-gradient trainer (`gymflow.train.pg`); each algorithm is a preset of them."""
 
+    # the names of `advantages.EPISODE_ADVANTAGES`, and gae (a test keeps the two in step)
     advantage: Literal["loo", "group_norm", "reinforcepp", "gae"] = Field(
         "loo",
         description="loo: leave-one-out (LOOP Eq. 3); group_norm: GRPO's (R - mean) / std; reinforcepp: "

@@ -10,7 +10,6 @@ training rollouts follows `rl.horizon` (ScalingInter-RL); evaluation keeps each 
 
 from __future__ import annotations
 
-import csv
 import re
 import shutil
 import time
@@ -21,17 +20,17 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import EvalParams, RLParams
+from gymflow.config import RLParams, RolloutParams
 from gymflow.envs import ENVS
 from gymflow.envs.base import Task
-from gymflow.models.build import load_tokenizer
+from gymflow.models.build import load_tokenizer, lora_config
+from gymflow.models.files import checkpoint_dir, save_model, weights_hash
 from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import EarlyStop, SamplingConfig, episode_turns, rollout
-from gymflow.rollout.play import weights_hash
 from gymflow.rollout.records import Episode, RunInfo, config_hash
-from gymflow.store.io import atomic_dir, atomic_path, is_intact, table_path
-from gymflow.train.evol import draw_tasks
-from gymflow.train.pg import PolicyGradient, Rollout
+from gymflow.store.io import atomic_path, is_intact, table_path, write_csv
+from gymflow.train.draws import draw_tasks, iteration_seed
+from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.presets import switches
 
 # Wall-clock figures of an iteration: kept in the checkpoint for the metrics, left out of the curve, whose
@@ -39,7 +38,7 @@ from gymflow.train.presets import switches
 TIMINGS = ("rollout_s", "update_s", "train_tokens_per_s", "seconds")
 
 
-def learner_rollouts(episodes: list[Episode], fmt: ChatFormat) -> list[Rollout]:
+def token_episodes(episodes: list[Episode], fmt: ChatFormat) -> list[TokenEpisode]:
     """Episodes as the learner's token sequences, exactly the ids sampled; a group per (env, task)."""
     groups: dict[tuple[str, str], int] = {}
     out = []
@@ -47,7 +46,7 @@ def learner_rollouts(episodes: list[Episode], fmt: ChatFormat) -> list[Rollout]:
         ids, turns = episode_turns(ep.messages, fmt)
         group = groups.setdefault((ep.task.env, ep.task.task_id), len(groups))
         sampled = [lp for m in ep.messages if m.role == "assistant" for lp in m.logprobs]
-        out.append(Rollout(ids, turns, ep.reward, group, sampled))
+        out.append(TokenEpisode(ids, turns, ep.reward, group, sampled))
     return out
 
 
@@ -56,7 +55,7 @@ def train_rl(
     out_dir: Path,
     tasks: dict[str, list[Task]],
     rl: RLParams,
-    rollout_cfg: EvalParams,
+    rollout_cfg: RolloutParams,
     rollout_dir: Path,
     curve_path: Path,
 ) -> dict[str, Any]:
@@ -66,19 +65,24 @@ def train_rl(
     model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32)
     sampler = model
     if rl.lora_rank:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        model = get_peft_model(
-            model, LoraConfig(r=rl.lora_rank, lora_alpha=2 * rl.lora_rank, target_modules="all-linear")
-        )
+        model = get_peft_model(model, lora_config(rl.lora_rank))
         sampler = model.get_base_model()  # the adapters are inside it: it samples with them
     cfg = rollout_cfg
     sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
-    learner = PolicyGradient(
-        model, switches(rl), rl.lr, rl.temperature, rl.max_tokens, tokenizer.pad_token_id, rl.seed, rl.warmup
+    config = LearnerConfig(
+        switches=switches(rl),
+        lr=rl.lr,
+        temperature=rl.temperature,
+        max_tokens=rl.max_tokens,
+        pad_id=tokenizer.pad_token_id,
+        seed=rl.seed,
+        warmup=rl.warmup,
     )
+    learner = PolicyGradient(model, config)
     run_key = config_hash([rl.model_dump(), sampling.__dict__, weights_hash(model), sorted(tasks)])
-    checkpoint = out_dir.with_name(out_dir.name + ".checkpoints") / run_key / "state.pt"
+    checkpoint = checkpoint_dir(out_dir, run_key) / "state.pt"
     rows = _restore(checkpoint, learner)
     if rows:
         print(f"resuming after iteration {len(rows)} from {checkpoint}")
@@ -97,12 +101,9 @@ def train_rl(
             f"kl {row['kl']:.4f} clip {row['clip_fraction']:.3f} filtered {row['filtered']:.2f}"
         )
     _write_curve(curve_path, rows)  # also when the checkpoint held every iteration and DVC removed it
-    trained = model.merge_and_unload() if rl.lora_rank else model
-    with atomic_dir(out_dir) as tmp:
-        trained.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    save_model(model, tokenizer, out_dir)
     shutil.rmtree(checkpoint.parent.parent, ignore_errors=True)
-    return summarize(rows, rl)
+    return run_metrics(rows, rl)
 
 
 def run_iteration(
@@ -117,15 +118,15 @@ def run_iteration(
     run_key: str,
 ) -> dict[str, Any]:
     """Collect K rollouts per drawn task, update once, and write the episodes; the iteration's statistics."""
-    generator = torch.Generator().manual_seed(rl.seed * 10_000 + it)
+    generator = torch.Generator().manual_seed(iteration_seed(rl.seed, it))
     limit = rl.turn_limit(it)
     early = EarlyStop(rl.early_stop, 4) if rl.early_stop else None
     policy_hash = weights_hash(learner.model)
     began = start = time.perf_counter()
     drawn = {env: draw_tasks(env_tasks, rl.tasks[env], rl.seed, it) for env, env_tasks in tasks.items()}
-    episodes, jobs = collect(sampler, fmt, drawn, rl.samples, sampling, generator, limit, early)
+    episodes, jobs = sample_groups(sampler, fmt, drawn, rl.samples, sampling, generator, limit, early)
     rollout_s = time.perf_counter() - start
-    rollouts = learner_rollouts(episodes, fmt)
+    rollouts = token_episodes(episodes, fmt)
     start = time.perf_counter()
     batch = learner.prepare(rollouts)
     stats = batch.stats | learner.step(batch)
@@ -148,7 +149,7 @@ def run_iteration(
     return row | {"rollout_s": round(rollout_s, 1), "update_s": round(update_s, 1), "seconds": seconds}
 
 
-def collect(
+def sample_groups(
     sampler: torch.nn.Module,
     fmt: ChatFormat,
     drawn: dict[str, list[Task]],
@@ -171,7 +172,7 @@ def collect(
     return episodes, jobs
 
 
-def summarize(rows: list[dict[str, Any]], rl: RLParams) -> dict[str, Any]:
+def run_metrics(rows: list[dict[str, Any]], rl: RLParams) -> dict[str, Any]:
     """The run in a few numbers: first and last iteration's training reward and success, and speed (the
     iterations' own times, so a resumed run counts those before the interruption too)."""
     first, last = rows[0], rows[-1]
@@ -190,10 +191,10 @@ def summarize(rows: list[dict[str, Any]], rl: RLParams) -> dict[str, Any]:
     }
 
 
-def _record_advantages(episodes: list[Episode], rollouts: list[Rollout], batch) -> None:
+def _record_advantages(episodes: list[Episode], rollouts: list[TokenEpisode], batch) -> None:
     """Each reply's advantage (mean over its tokens) onto its message, for the turns table; dropped
     episodes (|A| below the threshold) keep none."""
-    weighted = {id(r): adv for r, adv in zip(batch.rollouts, batch.advantages, strict=True)}
+    weighted = {id(r): adv for r, adv in zip(batch.episodes, batch.advantages, strict=True)}
     for ep, r in zip(episodes, rollouts, strict=True):
         adv = weighted.get(id(r))
         if adv is None:
@@ -212,12 +213,8 @@ def _mean(xs: list[float]) -> float:
 
 def _write_curve(path: Path, rows: list[dict[str, Any]]) -> None:
     fields = [k for k in dict.fromkeys(k for row in rows for k in row) if k not in TIMINGS]
-    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(
-            {k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in rows
-        )
+    rounded = [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+    write_csv(path, rounded, fields)
 
 
 def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> None:

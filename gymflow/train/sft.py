@@ -11,7 +11,6 @@ never stopped.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -27,11 +26,11 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import SFTConfig, SFTTrainer
 
 from gymflow.config import SFTParams
-from gymflow.models.build import load_tokenizer
-from gymflow.rollout.play import weights_hash
+from gymflow.models.build import load_tokenizer, lora_config
+from gymflow.models.files import checkpoint_dir, save_model, weights_hash
 from gymflow.rollout.records import config_hash
 from gymflow.store.db import connect
-from gymflow.store.io import atomic_dir, atomic_path, share_modes
+from gymflow.store.io import share_modes, write_csv
 
 # Under a run's checkpoint folder, where the trainer writes a checkpoint until it is whole (`Checkpoints`).
 STAGING = ".incomplete"
@@ -136,10 +135,7 @@ def write_curve(path: Path, history: list[dict[str, Any]]) -> None:
         for e in history
         if "loss" in e
     ]
-    with atomic_path(path) as tmp, tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["step", "loss", "lr"])
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(path, rows, ["step", "loss", "lr"])
 
 
 def mean_loss(history: list[dict[str, Any]]) -> float:
@@ -242,21 +238,16 @@ def train_sft(
     model = AutoModelForCausalLM.from_pretrained(init_model)
     # Checkpoints of this exact run only: other parameters, starting weights or data start afresh.
     run_key = config_hash([cfg.model_dump(), weights_hash(model), [config_hash(row) for row in data]])
-    root = out_dir.with_name(out_dir.name + ".checkpoints") / run_key
+    root = checkpoint_dir(out_dir, run_key)
     resume = last_checkpoint(root)
     checkpoints = Checkpoints(root, _seconds_before(resume))
     args = sft_args(cfg, root / STAGING, tokenized="input_ids" in data[0])
-    peft_config = None
-    if cfg.lora_rank:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, target_modules="all-linear")
     trainer = AssistantLossTrainer(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(data),
         processing_class=tokenizer,
-        peft_config=peft_config,
+        peft_config=lora_config(cfg.lora_rank) if cfg.lora_rank else None,
         callbacks=[checkpoints, CurveWriter(curve_path)],
     )
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -264,10 +255,7 @@ def train_sft(
     history = trainer.state.log_history  # a resumed run's holds the steps before the checkpoint too
     write_curve(curve_path, history)
     tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
-    trained = trainer.model.merge_and_unload() if cfg.lora_rank else trainer.model
-    with atomic_dir(out_dir) as tmp:
-        trained.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    save_model(trainer.model, tokenizer, out_dir)
     shutil.rmtree(root.parent, ignore_errors=True)
     return {
         "train_loss": round(mean_loss(history), 4),
