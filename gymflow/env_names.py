@@ -18,6 +18,8 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     "babyai": {"total": 20_000},
     "sciworld": {"train": 1_858, "eval": 887},  # sum of sciworld.TASK_TYPES' usable variations per split
     "household": {"total": 2_000},
+    "colbench": {"total": 20_000},  # endless; ~3 ms and ~3 KB per task (the paper: 10k train, 1k test)
+    "colbench_single": {"total": 20_000},  # the same tasks
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
 

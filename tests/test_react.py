@@ -17,3 +17,20 @@ def test_parse_without_action_is_none():
     assert parse_action("Thought: I am lost.") is None
     assert parse_action("Action:   ") is None
     assert parse_action("") is None
+
+
+def test_multiline_parse_keeps_the_code_after_the_first_action_line():
+    reply = "Thought: done.\nAction: submit\ndef f(action: str):\n    Action: int = 1\n    return action\n"
+    assert (
+        parse_action(reply, multiline=True)
+        == "submit\ndef f(action: str):\n    Action: int = 1\n    return action"
+    )
+    assert parse_action("Action: submit\ndef f(x):\n    return x") == "submit"  # single-line parse unchanged
+    # a marker inside the thought does not count when one starts a line; with none at a line start, the first
+    assert (
+        parse_action("Thought: my action: ask\nAction: ask What is the fee?", multiline=True)
+        == "ask What is the fee?"
+    )
+    assert parse_action("thought: x action:  ask why?\n", multiline=True) == "ask why?"
+    assert parse_action("Thought: hmm\nAction:   \n", multiline=True) is None
+    assert parse_action("Thought: no action", multiline=True) is None

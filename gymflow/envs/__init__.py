@@ -6,6 +6,7 @@ names, such as the params check, takes them from `gymflow.env_names`; tests keep
 
 from gymflow.envs.babyai import BabyAI
 from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
+from gymflow.envs.colbench import ColBench, ColBenchSingle
 from gymflow.envs.household import Household
 from gymflow.envs.maze import Maze
 from gymflow.envs.sciworld import SciWorld
@@ -20,6 +21,8 @@ ENVS: dict[str, type[Env]] = {
     "babyai": BabyAI,
     "sciworld": SciWorld,
     "household": Household,
+    "colbench": ColBench,
+    "colbench_single": ColBenchSingle,
 }
 
 

@@ -10,7 +10,8 @@ A `Task` is one row of the instruction table. An `Env` plays one task at a time:
 
 Invalid or malformed actions are part of the game: `step` answers any string with an observation that
 says what was wrong and never raises. It cleans the action once before the game sees it (`clean_action`:
-one line of printable text) and answers an over-long one itself, and games quote a rejected action
+one line of printable text; `clean_lines` for an environment whose actions carry code, declared by
+`EnvSpec.multiline_actions`) and answers an over-long one itself, and games quote a rejected action
 through `echo`, so an observation stays bounded whatever the policy writes. Stepping a finished episode
 is a programming error and raises `EpisodeOver`; so is an action that is not a `str` (`TypeError`).
 """
@@ -91,6 +92,8 @@ class EnvSpec:
     success_threshold: float  # an episode succeeds when its final reward is at least this
     max_turns: int  # default turn limit (AgentGym / AgentGym-RL settings)
     expert: str  # what produces the expert trajectories, shown by `gymflow envs`
+    multiline_actions: bool = False  # actions keep their lines (code): parsed and cleaned as `clean_lines`
+    max_action_chars: int = MAX_ACTION_CHARS  # a longer action is answered by `Env.step`, unplayed
 
     def is_success(self, reward: float) -> bool:
         return reward >= self.success_threshold
@@ -141,8 +144,9 @@ class Env(ABC):
         return self._reset(task)
 
     def step(self, action: str) -> Step:
-        """Play one action. The game's `_step` sees it cleaned (`clean_action`) and at most
-        MAX_ACTION_CHARS long: a longer action is answered here, as one turn that changes nothing."""
+        """Play one action. The game's `_step` sees it cleaned (`clean_action`, or `clean_lines` for
+        multi-line actions) and at most `spec.max_action_chars` long: a longer action is answered here, as
+        one turn that changes nothing."""
         if not isinstance(action, str):
             raise TypeError(f"{self.spec.name}: step() takes the action as str, not {type(action).__name__}")
         if self.done:
@@ -150,15 +154,14 @@ class Env(ABC):
                 f"{self.spec.name}: step() after the episode ended; call reset() to start a new one"
             )
         self.turns += 1
-        text = action.strip()
-        if len(text) > MAX_ACTION_CHARS:
+        text, limit, lines = action.strip(), self.spec.max_action_chars, self.spec.multiline_actions
+        if len(text) > limit:
+            hint = "Write a shorter reply." if lines else "Write one short action."
             step = Step(
-                f"Action too long ({len(text)} characters, at most {MAX_ACTION_CHARS}). Write one short action.",
-                self.reward,
-                False,
+                f"Action too long ({len(text)} characters, at most {limit}). {hint}", self.reward, False
             )
         else:
-            step = self._step(clean_action(text))
+            step = self._step(clean_lines(text) if lines else clean_action(text))
         self.reward = step.reward
         self.done = step.done
         return step
@@ -190,6 +193,25 @@ def clean_action(text: str) -> str:
     for ch in text:
         kind = unicodedata.category(ch)
         if kind == "Cc" or kind[0] == "Z":
+            out.append(" ")
+        elif kind == "Cs":
+            out.append("\ufffd")
+        elif kind != "Cf":
+            out.append(ch)
+    return "".join(out).strip()
+
+
+def clean_lines(text: str) -> str:
+    """`text` cleaned as `clean_action` cleans it, but keeping its lines and tabs (code): any line break
+    (CR LF, CR, U+2028) becomes a newline; other control characters and separators become spaces."""
+    out = []
+    for ch in text.replace("\r\n", "\n"):
+        kind = unicodedata.category(ch)
+        if ch in "\n\t":
+            out.append(ch)
+        elif ch == "\r" or kind in ("Zl", "Zp"):
+            out.append("\n")
+        elif kind == "Cc" or kind[0] == "Z":
             out.append(" ")
         elif kind == "Cs":
             out.append("\ufffd")

@@ -186,7 +186,7 @@ def _request_turn(
 def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConfig) -> Episode | None:
     """Record the reply, step the environment, and extend the sequence; the Episode if it ended."""
     text = fmt.reply_text(reply.token_ids)
-    action = parse_action(text)
+    action = parse_action(text, ep.env.spec.multiline_actions)
     ep.messages.append(Message("assistant", text, action, token_ids=reply.token_ids, logprobs=reply.logprobs))
     ep.ids += reply.token_ids
     step = ep.env.step(action or "")  # no parsable action: the environment says what is wrong

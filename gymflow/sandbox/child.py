@@ -1,0 +1,447 @@
+"""The harness inside a sandbox process: put up the walls, then run the requests, one answer frame each.
+
+The parent (gymflow/sandbox/__init__.py) starts it as `python -I -S -B -u -X utf8 -c <this file> IN OUT`, so it
+uses the standard library only and never imports gymflow. The order is the point: read the whole request and
+close its pipe; enter new network and mount namespaces; chroot into a root holding only the interpreter and a
+private /tmp; set rlimits; drop to a uid of its own; install the audit hook; only then compile candidate code.
+A step the kernel refuses is skipped and left out of `layers`, which the first frame reports.
+
+The parent also imports `encode` from here, so a returned value and an expected one are encoded alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import signal
+import sys
+from typing import Any
+
+MAX_FRAME = 1 << 20  # bytes of one answer; a bigger result is an error, never cut (a cut could match)
+MAX_REPR = 100_000  # characters of the canonical repr of a non-JSON result
+MAX_DEPTH = 100  # nesting followed by `encode`; deeper values are an error
+ERROR_CHARS = 300  # an error is one line of at most this many characters
+
+# <linux/sched.h>, <linux/mount.h>, <linux/prctl.h>
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+
+# Audit events refused outright (a prefix ending in "." refuses the family): processes, sockets, native code,
+# rlimits, links (a link could point the hook's path check at one file and the kernel at another).
+REFUSED_EVENTS = (
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
+    "pty.spawn", "os.startfile", "webbrowser.open", "os.killpg", "os.symlink", "os.link",
+    "resource.setrlimit", "resource.prlimit",
+    "socket.", "ctypes.", "syslog.", "urllib.Request", "os.add_dll_directory", "winreg.", "msvcrt.",
+)  # fmt: skip
+# Modules that reach around the events above: fork_exec without "subprocess.Popen", foreign calls, files
+# opened in C (SQLite's ATTACH, readline's history, POSIX semaphores and shared memory), interpreter internals.
+REFUSED_IMPORTS = frozenset(
+    ["_posixsubprocess", "ctypes", "_ctypes", "_sqlite3", "readline", "_multiprocessing", "_posixshmem"]
+    + ["_xxsubinterpreters", "_testcapi", "_testinternalcapi", "_testbuffer", "_testmultiphase"]
+    + ["_testimportmultiple", "_xxtestfuzz", "_gdbm", "_dbm"]
+)
+# Events whose path arguments must lie in the private directory: (how many leading arguments are paths, the
+# positions of dir_fd arguments). A dir_fd other than -1 is refused: the hook cannot see where it points.
+MUTATING_EVENTS = {
+    "os.remove": (1, (1,)), "os.rmdir": (1, (1,)), "os.mkdir": (1, (2,)), "os.rename": (2, (2, 3)),
+    "os.chmod": (1, (2,)), "os.chown": (1, (3,)), "os.utime": (1, (3,)), "os.truncate": (1, ()),
+    "os.setxattr": (1, ()), "os.removexattr": (1, ()), "shutil.rmtree": (1, (1,)),
+}  # fmt: skip
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class CaseTimeout(BaseException):
+    """Raised into a call that outlives its case budget; a BaseException so `except Exception` lets it pass."""
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """True for JSON data of exact builtin types (a subclass could change equality): None, bool, int, float,
+    str, and lists and str-keyed dicts of them."""
+    kind = type(value)
+    if kind in (type(None), bool, int, float, str):
+        return True
+    if depth > MAX_DEPTH:
+        raise RecursionError("result nested too deeply")
+    if kind is list:
+        return all(_plain(item, depth + 1) for item in value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _canon(value: Any, depth: int = 0) -> str:
+    """repr, made independent of set order and dict insertion order (== ignores both)."""
+    if depth > MAX_DEPTH:
+        raise RecursionError("result nested too deeply")
+    kind = type(value)
+    if kind in (tuple, list):
+        items = [_canon(item, depth + 1) for item in value]
+        if kind is list:
+            return "[" + ", ".join(items) + "]"
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if kind is dict:
+        return (
+            "{"
+            + ", ".join(sorted(f"{_canon(k, depth + 1)}: {_canon(v, depth + 1)}" for k, v in value.items()))
+            + "}"
+        )
+    if kind in (set, frozenset):
+        inner = "{" + ", ".join(sorted(_canon(item, depth + 1) for item in value)) + "}"
+        if kind is frozenset:
+            return f"frozenset({inner})" if value else "frozenset()"
+        return inner if value else "set()"
+    return repr(value)
+
+
+def encode(value: Any) -> dict[str, Any]:
+    """How a value crosses back: {"value": v} for plain JSON data, else {"repr": canonical repr, "type": name}.
+
+    The parent encodes its expected value the same way and compares the dicts, so equality is Python's `==` on
+    plain data and equality of canonical reprs otherwise (a tuple never equals a list, as in Python).
+    Raises ValueError for a result over MAX_FRAME bytes or MAX_REPR characters, RecursionError past MAX_DEPTH.
+    """
+    if _plain(value):
+        out: dict[str, Any] = {"value": value}
+        if len(json.dumps(out)) > MAX_FRAME - 64:
+            raise ValueError("result too large")
+        return out
+    text = _canon(value)
+    if len(text) > MAX_REPR:
+        raise ValueError("result too large")
+    kind = type(value)
+    return {"repr": text, "type": f"{kind.__module__}.{kind.__qualname__}"}
+
+
+def error_line(exc: BaseException) -> str:
+    """One line naming the exception: "timeout", "memory limit", or "Name: message"."""
+    if isinstance(exc, CaseTimeout):
+        return "timeout"
+    if isinstance(exc, MemoryError):
+        return "memory limit"
+    name = type(exc).__name__
+    try:  # str() may run candidate code (a custom __str__): the caller keeps its timer armed
+        text = f"{exc.msg} (line {exc.lineno})" if isinstance(exc, SyntaxError) else str(exc)
+    except BaseException:  # noqa: BLE001 -- whatever a broken __str__ raises, the line names the type
+        text = ""
+    line = f"{name}: {text}" if text else name
+    return " ".join(line.split())[:ERROR_CHARS]
+
+
+# ------------------------------------------------------------------------------------------------ walls
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _call(libc: Any, name: str, *args: Any) -> None:
+    if getattr(libc, name)(*args) != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+
+
+def _bind(libc: Any, source: str, root: str, writable: bool = False) -> None:
+    """Bind `source` at the same path under `root`, read-only unless `writable`; device nodes keep working."""
+    target = root + source
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "wb").close()
+    _call(libc, "mount", source.encode(), target.encode(), None, MS_BIND, None)
+    flags = MS_REMOUNT | MS_BIND | MS_NOSUID | (0 if writable else MS_RDONLY | MS_NODEV)
+    _call(libc, "mount", None, target.encode(), None, flags, None)
+
+
+def _build_root(libc: Any, root: str, uid: int | None, tmp_mb: int) -> str:
+    """In a fresh mount namespace, chroot into a tmpfs holding read-only /usr and the interpreter, four device
+    nodes, a /proc that shows only this uid's processes, and a private /tmp; return the new /tmp."""
+    _call(libc, "mount", None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing below propagates to the host
+    options = f"size={tmp_mb}m,nr_inodes=4096,mode=755".encode()
+    # noexec: what the candidate writes to /tmp can be neither executed nor loaded as a library
+    _call(libc, "mount", b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options)
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):  # merged-/usr links, or real directories
+        if os.path.islink("/" + name):
+            os.symlink(os.readlink("/" + name), f"{root}/{name}")
+        elif os.path.isdir("/" + name):
+            _bind(libc, "/" + name, root)
+    _bind(libc, "/usr", root)
+    prefix = os.path.realpath(sys.base_prefix)
+    if prefix != "/usr" and not prefix.startswith("/usr/"):
+        _bind(libc, prefix, root)
+    for device in ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"):
+        _bind(libc, device, root, writable=True)
+    os.mkdir(root + "/proc")
+    try:  # hidepid=2: /proc/<pid> of other users (the parent) does not even exist
+        _call(
+            libc,
+            "mount",
+            b"proc",
+            f"{root}/proc".encode(),
+            b"proc",
+            MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            b"hidepid=2",
+        )
+    except OSError:
+        os.rmdir(root + "/proc")
+    os.mkdir(root + "/tmp", 0o700)
+    if uid is not None:
+        os.chown(root + "/tmp", uid, uid)
+    os.chroot(root)
+    os.chdir("/tmp")
+    return "/tmp"
+
+
+def _reachable_by_others(path: str) -> bool:
+    """Whether a uid with no rights of its own can read `path` (every directory above it searchable)."""
+    path = os.path.realpath(path)
+    while True:
+        if not os.stat(path).st_mode & 0o005:
+            return False
+        if path == "/":
+            return True
+        path = os.path.dirname(path)
+
+
+def put_up_walls(setup: dict[str, Any]) -> tuple[list[str], str]:
+    """Apply every layer the kernel allows; return the names of those that hold and the private directory."""
+    layers: list[str] = []
+    want = setup["layers"]  # all of them, except in tests that check one defence without the others
+    home = os.getcwd()
+    uid = setup["uid"]  # set by the parent when it runs as root: the uid this sandbox drops to
+    try:
+        libc = _libc()
+    except OSError:
+        libc = None
+    if libc is not None:
+        if "nonewprivs" in want:
+            try:
+                _call(
+                    libc, "prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0
+                )  # no setuid binary gives privileges back
+                layers.append("nonewprivs")
+            except OSError:
+                pass
+        flags = CLONE_NEWNET | CLONE_NEWNS if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWNET
+        if "netns" in want:
+            try:
+                _call(libc, "unshare", flags)
+                layers.append("netns")
+            except OSError:
+                pass
+        if os.geteuid() == 0 and "netns" in layers and "chroot" in want:
+            try:
+                home = _build_root(libc, setup["root"], uid, setup["tmp_mb"])
+                layers.append("chroot")
+            except OSError:
+                home = os.getcwd()  # a partly built root is left unused: the cwd is still the host directory
+
+    import resource
+
+    limits = setup["limits"]
+    for name, soft, hard in (
+        ("RLIMIT_CPU", limits["cpu"], limits["cpu"] + 1),  # SIGXCPU at soft, SIGKILL at hard
+        ("RLIMIT_FSIZE", limits["file"], limits["file"]),
+        ("RLIMIT_NPROC", limits["processes"], limits["processes"]),  # binds a non-root uid only
+        ("RLIMIT_NOFILE", 64, 64),
+        ("RLIMIT_CORE", 0, 0),
+        ("RLIMIT_AS", limits["memory"], limits["memory"]),
+    ):
+        kind = getattr(resource, name)
+        ceiling = resource.getrlimit(kind)[1]  # a non-root process cannot raise a hard limit it was given
+        if ceiling != resource.RLIM_INFINITY:
+            hard = min(hard, ceiling)
+        resource.setrlimit(kind, (min(soft, hard), hard))
+    layers.append("rlimits")
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past file_mb fails with EFBIG instead of killing
+
+    if uid is not None and "uid" in want and ("chroot" in layers or _reachable_by_others(sys.base_prefix)):
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        layers.append("uid")
+    if libc is not None:  # after the uid change, which clears it: die with the parent
+        with contextlib.suppress(OSError):
+            _call(libc, "prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != setup["parent"]:
+        os._exit(1)
+    for module in ("ctypes", "_ctypes", "ctypes._endian"):  # loaded above; candidates must import it anew
+        sys.modules.pop(module, None)
+    return layers, home
+
+
+def install_audit_hook(home: str) -> None:
+    """Refuse, at the Python level, what the kernel layers refuse too: processes, sockets, ctypes, writes
+    outside `home`, reads outside `home` and the standard library. Not a boundary against native code."""
+    home = os.path.realpath(home)
+    readable = [home, os.path.realpath(sys.base_prefix), "/usr/share/zoneinfo", f"/proc/{os.getpid()}"]
+    readable += [os.path.realpath(p) for p in sys.path if p]
+    devices = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"}
+    me = os.getpid()
+    realpath, fspath, isdir = os.path.realpath, os.fspath, os.path.isdir
+
+    def inside(path: str, roots: list[str]) -> bool:
+        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+    def resolve(raw: Any) -> str:
+        text = os.fsdecode(fspath(raw))
+        if not text.startswith("/") and ".." in text.replace("\\", "/").split("/"):
+            raise PermissionError(f"sandbox: '..' in a relative path ({text})")
+        return realpath(text)
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            raw, mode, flags = args
+            if isinstance(raw, int):
+                return
+            path = resolve(raw)
+            writes = bool((flags or 0) & WRITE_FLAGS) or any(c in (mode or "") for c in "wax+")
+            if inside(path, [home]) or path in devices:
+                return
+            if writes:
+                raise PermissionError(f"sandbox: writing outside its directory ({path})")
+            if not inside(path, readable) or isdir(path):
+                raise PermissionError(f"sandbox: reading outside its directory ({path})")
+        elif event in ("os.listdir", "os.scandir"):
+            if args and args[0] is not None and not isinstance(args[0], int):
+                path = resolve(args[0])
+                if not inside(path, readable):
+                    raise PermissionError(f"sandbox: listing outside its directory ({path})")
+        elif event in MUTATING_EVENTS:
+            paths, dir_fds = MUTATING_EVENTS[event]
+            if any(i < len(args) and args[i] not in (None, -1) for i in dir_fds):
+                raise PermissionError(f"sandbox: {event} with dir_fd refused")
+            for raw in args[:paths]:
+                if isinstance(raw, int) and event == "os.truncate":
+                    continue  # ftruncate: the descriptor was opened for writing, through this hook
+                if isinstance(raw, int) or not inside(resolve(raw), [home]):
+                    raise PermissionError(f"sandbox: {event} outside its directory")
+        elif event == "import":
+            # (module, filename, ...): a filename in the private directory is an extension the candidate wrote
+            if args[0] in REFUSED_IMPORTS or (isinstance(args[1], str) and inside(realpath(args[1]), [home])):
+                raise PermissionError(f"sandbox: import of {args[0]} refused")
+        elif event == "os.kill":
+            if args[0] not in (0, me):
+                raise PermissionError("sandbox: signals to other processes refused")
+        elif event.startswith(REFUSED_EVENTS):
+            raise PermissionError(f"sandbox: {event} refused")
+
+    sys.addaudithook(hook)
+    for module in (os, sys.modules.get("posix")):  # file creation that raises no audit event
+        for name in ("mkfifo", "mknod"):
+            if module is not None and hasattr(module, name):
+                delattr(module, name)
+
+
+# ------------------------------------------------------------------------------------------------ serving
+
+
+class _Timer:
+    """A per-request wall-clock budget: SIGALRM raises CaseTimeout into Python code while armed."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.armed = seconds, False
+        signal.signal(signal.SIGALRM, self._fire)
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        if self.armed:  # a late signal after disarm() is dropped
+            self.armed = False
+            raise CaseTimeout
+
+    def arm(self) -> None:
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def disarm(self) -> None:
+        self.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _exec(request: dict[str, Any], namespace: dict[str, Any]) -> dict[str, Any]:
+    """Run a source; answer {} or, asked for the value of its last expression, that value encoded."""
+    source = request["source"]
+    if request.get("value"):
+        import ast
+
+        tree = ast.parse(source, "<candidate>")
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        exec(compile(tree, "<candidate>", "exec"), namespace)  # noqa: S102 -- running it is the point
+        if last is None:
+            return {"value": None}
+        return encode(eval(compile(ast.Expression(last.value), "<candidate>", "eval"), namespace))  # noqa: S307
+    exec(compile(source, "<candidate>", "exec"), namespace)  # noqa: S102
+    name = request.get("function")
+    if name is not None and not callable(namespace.get(name)):
+        return {"error": f"NameError: the code defines no function {name!r}"}
+    return {}
+
+
+def answer(request: dict[str, Any], namespace: dict[str, Any], timer: _Timer) -> dict[str, Any]:
+    """One request under the timer, including the candidate code that encoding or naming an error may run."""
+    try:
+        timer.arm()
+        try:
+            if request["op"] == "exec":
+                return _exec(request, namespace)
+            return encode(namespace[request["function"]](*request["args"]))
+        except BaseException as exc:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt included
+            return {"error": error_line(exc)}
+        finally:
+            timer.disarm()
+    except CaseTimeout:  # fired while an error was being named
+        return {"error": "timeout"}
+
+
+def serve(requests: list[dict[str, Any]], out_fd: int, seconds: float) -> None:
+    """Answer each request in order in one namespace; stop after a failed exec (later calls would be noise)."""
+    namespace: dict[str, Any] = {"__name__": "candidate", "__builtins__": __builtins__}
+    timer = _Timer(seconds)
+    for request in requests:
+        reply = answer(request, namespace, timer)
+        write_frame(out_fd, reply)
+        if request["op"] == "exec" and "error" in reply:
+            return
+
+
+def write_frame(fd: int, obj: dict[str, Any]) -> None:
+    data = json.dumps(obj).encode()
+    data = len(data).to_bytes(4, "big") + data
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def main(in_fd: int, out_fd: int) -> None:
+    payload = pickle.loads(read_all(in_fd))  # from the parent, which the child trusts; never the other way
+    setup = payload["setup"]
+    layers, home = put_up_walls(setup)
+    if "audit" in setup["layers"]:
+        install_audit_hook(home)
+        layers.append("audit")
+    write_frame(out_fd, {"layers": layers})
+    serve(payload["requests"], out_fd, setup["seconds"])
+    sys.stdout.flush()
+    os._exit(0)  # no atexit handlers or finalizers of candidate objects run after the answers
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))
