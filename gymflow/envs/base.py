@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 MAX_ACTION_CHARS = 300  # about 3x the longest expert action (textcraft's 93); a longer one is not a command
 ECHO_CHARS = 40  # how much of a rejected action an observation quotes back
+HIDDEN_CHARS = 2_000  # a critic's hidden block (`Env.hidden_text`) at most: about 500 tokens
 
 
 class EpisodeOver(RuntimeError):
@@ -120,6 +121,15 @@ class Env(ABC):
         `difficulty`. Environments with an official split (ScienceWorld variations) honour `split`;
         the others ignore it and rely on the draw to keep splits disjoint by `task_id`.
         """
+
+    @classmethod
+    def hidden_text(cls, task: Task) -> str:
+        """What a critic reads as the task's training-time information (SWEET-RL's `c`), never the policy:
+        by default the hidden dict as sorted JSON, cut at `HIDDEN_CHARS`; "" when the task has none."""
+        if not task.hidden:
+            return ""
+        text = json.dumps(task.hidden, sort_keys=True, ensure_ascii=False)
+        return text if len(text) <= HIDDEN_CHARS else text[:HIDDEN_CHARS] + "..."
 
     @classmethod
     def difficulties(cls) -> list[str]:

@@ -152,6 +152,12 @@ class ColBench(Env):
                 hidden=hidden,
             )
 
+    @classmethod
+    def hidden_text(cls, task: Task) -> str:
+        """The reference function, framed as SWEET-RL's critic reads it ("In light that the final answer
+        is: ..."): the training-time information `c` of Eq. 3, never in a policy prompt."""
+        return f"In light that the final answer is:\n{task.hidden['reference']}"
+
     def _reset(self, task: Task) -> str:
         self.specifics = task.hidden["specifics"]
         self.known = {s["name"] for s in self.specifics if not s["hidden"]}  # stated, or asked about since
