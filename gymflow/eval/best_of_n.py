@@ -1,0 +1,219 @@
+"""Best-of-N with a turn-wise critic (SWEET-RL section 5.3, Figure 3a): at each turn a fixed policy samples N
+candidate replies and the one a chooser ranks highest is executed.
+
+A chooser is the critic (`CriticChooser`: its score, Eq. 3's advantage or the value head's logit; the critic
+alone reads the task's hidden information) or a seeded random pick (`RandomChooser`, the baseline). N = 1 is
+plain sampling: the same draws as the rollout engine with the same generator. Episodes come back as the engine
+gives them (`Episode`, the executed reply's ids and log-probabilities as sampled), for `write_episodes`. The
+policy's prompt is the engine's own (system prompt, observations, its own replies); no hidden text enters it.
+
+    critic = load_critic("data/models/critic")
+    episodes = best_of_n(policy, fmt, jobs, SamplingConfig(temperature=1.0), 8, CriticChooser(critic), generator)
+    best_of_n_curve(policy, tasks, [1, 2, 4, 8, 16], "critic", lambda: CriticChooser(critic), sampling, 0, out)
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedModel
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.envs import ENVS, make_env
+from gymflow.envs.base import Env, Task
+from gymflow.models.sampling import Completion, CompletionBackend, Decoder
+from gymflow.rollout.agenttraj import is_current, write_episodes
+
+# The engine's episode bookkeeping (reset, record a reply, step, extend the ids), reused so that an episode
+# played here is built exactly as one the engine plays.
+from gymflow.rollout.engine import SamplingConfig, _advance, _Running
+from gymflow.rollout.play import Policy
+from gymflow.rollout.records import Episode, RunInfo, config_hash
+from gymflow.store.io import read_rows, table_path
+from gymflow.train.critic import CriticItem, TurnCritic
+
+
+class Chooser(Protocol):
+    """Picks, per episode, which of its candidate replies to execute."""
+
+    def __call__(
+        self, tasks: Sequence[Task], contexts: Sequence[list[int]], candidates: Sequence[Sequence[Completion]]
+    ) -> list[int]: ...
+
+
+class CriticChooser:
+    """The candidate the critic scores highest (the first of equal ones); the critic reads the task's hidden
+    text (`Env.hidden_text`) if its variant does. Every episode's candidates are scored in one batch."""
+
+    def __init__(self, critic: TurnCritic) -> None:
+        self.critic = critic
+
+    def __call__(
+        self, tasks: Sequence[Task], contexts: Sequence[list[int]], candidates: Sequence[Sequence[Completion]]
+    ) -> list[int]:
+        items: list[CriticItem] = []
+        for task, context, options in zip(tasks, contexts, candidates, strict=True):
+            if len(options) > 1:  # a single candidate needs no score
+                hidden = ENVS[task.env].hidden_text(task) if self.critic.config.hidden else ""
+                items += [CriticItem(hidden, list(context), list(c.token_ids)) for c in options]
+        scores = iter(self.critic.score(items))
+        picks = []
+        for options in candidates:
+            if len(options) == 1:
+                picks.append(0)
+                continue
+            mine = [next(scores) for _ in options]
+            picks.append(max(range(len(mine)), key=mine.__getitem__))  # max keeps the first of ties
+        return picks
+
+
+class RandomChooser:
+    """A uniform pick from its own seeded generator (the baseline); it never touches the sampler's draws."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def __call__(
+        self, tasks: Sequence[Task], contexts: Sequence[list[int]], candidates: Sequence[Sequence[Completion]]
+    ) -> list[int]:
+        return [self.rng.randrange(len(options)) for options in candidates]
+
+
+def best_of_n(
+    model: PreTrainedModel | CompletionBackend,
+    fmt: ChatFormat,
+    jobs: Sequence[tuple[Task, int]],
+    cfg: SamplingConfig,
+    n: int,
+    choose: Chooser,
+    generator: torch.Generator | None = None,
+    horizon: int | None = None,
+) -> list[Episode]:
+    """Play every (task, sample index) of `jobs`, `cfg.batch_size` episodes at a time, executing at each turn
+    the chosen one of `n` sampled candidates; the episodes in the order of `jobs`."""
+    if n < 1:
+        raise ValueError(f"Best-of-N needs n >= 1, got {n}")
+    if n > 1 and cfg.temperature == 0:
+        raise ValueError("Best-of-N with greedy sampling (temperature 0) gives n equal candidates")
+    episodes: list[Episode] = []
+    pool: dict[str, list[Env]] = {}
+    bar = tqdm(total=len(jobs), desc=f"best-of-{n}", unit="ep", dynamic_ncols=True)
+    try:
+        for first in range(0, len(jobs), cfg.batch_size):
+            batch = jobs[first : first + cfg.batch_size]
+            episodes += _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool)
+            bar.update(len(batch))
+    finally:
+        bar.close()
+        for env in (e for envs in pool.values() for e in envs):
+            env.close()
+    return episodes
+
+
+def _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool) -> list[Episode]:
+    running: list[_Running] = []
+    taken: Counter[str] = Counter()
+    for task, sample_index in batch:
+        envs = pool.setdefault(task.env, [])
+        if taken[task.env] == len(envs):
+            envs.append(make_env(task.env))
+        env = envs[taken[task.env]]
+        taken[task.env] += 1
+        running.append(_Running(env, task, sample_index, horizon or env.spec.max_turns, fmt))
+    results: list[Episode | None] = [None] * len(running)
+    live = list(range(len(running)))
+    while live:
+        eps = [running[i] for i in live]
+        candidates = _candidates(model, fmt, eps, cfg, n, generator)
+        picks = choose([ep.task for ep in eps], [ep.ids for ep in eps], candidates)
+        for i, options, pick in zip(live, candidates, picks, strict=True):
+            results[i] = _advance(running[i], options[pick], fmt, cfg)
+        live = [i for i in live if results[i] is None]
+    return [r for r in results if r is not None]
+
+
+def _candidates(model, fmt, eps, cfg, n, generator) -> list[list[Completion]]:
+    """`n` replies per episode to its current ids: what `sample` gives for n copies of each (the same draws
+    from `generator`), but each context is encoded once and its cache repeated n times. At most
+    max(batch_size, n) rows per call, so memory does not grow with n (with n = 1: one call, as the engine)."""
+    per_call = max(1, cfg.batch_size // n)
+    out: list[list[Completion]] = []
+    for first in range(0, len(eps), per_call):
+        group = eps[first : first + per_call]
+        if isinstance(model, PreTrainedModel):
+            replies = sample_copies(model, [list(ep.ids) for ep in group], n, cfg, fmt, generator)
+        else:  # a server: each copy is its own prompt (its prefix cache shares the context)
+            prompts = [list(ep.ids) for ep in group for _ in range(n)]
+            replies = model.complete(prompts, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p)
+        out += [replies[k * n : (k + 1) * n] for k in range(len(group))]
+    return out
+
+
+@torch.no_grad()
+def sample_copies(
+    model: PreTrainedModel,
+    prompts: Sequence[list[int]],
+    n: int,
+    cfg: SamplingConfig,
+    fmt: ChatFormat,
+    generator: torch.Generator | None = None,
+) -> list[Completion]:
+    """`sample(model, [p for p in prompts for _ in range(n)], ...)`, the n copies of a prompt encoded once: its
+    cache rows are repeated (`Decoder.keep`) before the replies are drawn. Replies in that order."""
+    decoder = Decoder(model, len(prompts), fmt.tokenizer.pad_token_id)
+    logits = decoder.extend(prompts)
+    rows = [k for k in range(len(prompts)) for _ in range(n)]
+    if n > 1:
+        decoder.keep(rows)
+        logits = logits[torch.tensor(rows, device=logits.device)]
+    active = [True] * len(rows)
+    stop = [fmt.eos_id]
+    return decoder.decode(logits, active, cfg.max_new_tokens, stop, cfg.temperature, cfg.top_p, generator)
+
+
+def best_of_n_curve(
+    policy: Policy,
+    tasks: Sequence[Task],
+    ns: Sequence[int],
+    name: str,
+    make_chooser: Callable[[], Chooser],
+    cfg: SamplingConfig,
+    seed: int,
+    out_dir: Path,
+    settings: Any = None,
+    horizon: int | None = None,
+) -> dict[str, dict[str, float]]:
+    """Figure 3a for one chooser: each task played once per N of `ns`, the episodes written to
+    `out_dir/<name>.n<N>.*.parquet` (stage "best_of_n", iteration N), a table already there from the same
+    settings, weights and tasks kept. Every N starts from the same seed with a fresh chooser (`make_chooser`),
+    so a rerun of one N alone plays the same, and every chooser sees the same draws at N = 1. Turn limit
+    `horizon` or each environment's own. Per N: episodes, success, mean reward and mean turns."""
+    out: dict[str, dict[str, float]] = {}
+    jobs = [(t, 0) for t in tasks]
+    for n in ns:
+        prefix = f"{name}.n{n:02d}"
+        how = [settings, cfg.__dict__, n, seed, horizon, policy.weights_hash, [t.task_id for t in tasks]]
+        digest = config_hash(how)
+        if not is_current(out_dir, prefix, digest):
+            start = time.perf_counter()
+            generator = torch.Generator().manual_seed(seed)
+            episodes = best_of_n(policy.sampler, policy.fmt, jobs, cfg, n, make_chooser(), generator, horizon)
+            seconds = time.perf_counter() - start
+            print(f"{name} N={n}: {len(episodes)} episodes in {seconds:.1f} s")
+            info = RunInfo("main", "best_of_n", n, f"{policy.name}+{name}", policy.weights_hash, digest)
+            write_episodes(out_dir, prefix, episodes, info, {"gymflow.config_hash": digest})
+        rows = read_rows(table_path(out_dir, prefix, "episodes"), "episodes")
+        out[str(n)] = {
+            "episodes": len(rows),
+            "success": round(sum(bool(r["success"]) for r in rows) / len(rows), 4),
+            "reward": round(sum(r["reward"] for r in rows) / len(rows), 4),
+            "turns": round(sum(r["turns"] for r in rows) / len(rows), 2),
+        }
+    return out
