@@ -106,14 +106,16 @@ def cmd_play(args: argparse.Namespace) -> None:
     else:
         task = get_tasks(args.data, args.env, "eval", 1)[0]
     env = make_env(args.env)
+    lines = env.spec.multiline_actions  # code: an action is every line up to an empty one
     console.print(
         f"[bold]{args.env}[/] task {task.task_id} ({task.difficulty}). "
-        "Type an action; 'actions' lists valid ones, 'hint' asks the expert, 'quit' stops."
+        f"Type an action{' (end it with an empty line)' if lines else ''}; 'actions' lists valid ones, "
+        "'hint' asks the expert, 'quit' stops."
     )
     console.print(env.reset(task), markup=False, highlight=False)
     try:
         while not env.done and env.turns < env.spec.max_turns:
-            action = console.input(f"[bold cyan]{env.turns + 1}>[/] ").strip()
+            action = _read_action(f"[bold cyan]{env.turns + 1}>[/] ", lines)
             if action == "quit":
                 break
             if action == "actions":
@@ -131,6 +133,14 @@ def cmd_play(args: argparse.Namespace) -> None:
         pass
     finally:
         env.close()
+
+
+def _read_action(prompt: str, lines: bool) -> str:
+    """One action typed at the prompt: a line, or (`lines`) every line up to an empty one."""
+    action = [console.input(prompt).rstrip()]
+    while lines and action[-1].strip() and action[0].strip() not in ("quit", "actions", "hint"):
+        action.append(console.input("... ").rstrip())
+    return "\n".join(action).strip()
 
 
 def cmd_sql(args: argparse.Namespace) -> None:

@@ -75,6 +75,24 @@ def test_user_mistakes_are_one_line_errors(data, args, message):
     assert "Traceback" not in out.stderr
 
 
+def test_play_colbench_takes_a_multi_line_submission(tmp_path):
+    """Colbench's actions are code: at the prompt an action runs to the first empty line."""
+    splits = build_splits(ENVS["colbench"], n_train=2, n_eval=1, seed=0)
+    save_tasks(tmp_path, "colbench", splits)
+    task = splits["eval"][0]
+    env = ENVS["colbench"]()
+    env.reset(task)
+    typed = []
+    while not env.done:
+        _, action = env.expert_step()
+        typed += [action, ""]
+        env.step(action)
+    out = gymflow("play", "colbench", "--task-id", task.task_id, data=tmp_path, stdin="\n".join(typed) + "\n")
+    assert out.returncode == 0, out.stderr
+    assert "All 10 tests passed." in out.stdout
+    assert f"reward 1 (success) in {env.turns} turns" in out.stdout
+
+
 def test_play_an_episode_from_stdin(data):
     task = build_splits(ENVS["maze"], n_train=6, n_eval=3, seed=0)["eval"][0]
     moves = [f"move {d}" for d in task.hidden["path"]]
