@@ -58,9 +58,10 @@ from gymflow.models.files import checkpoint_dir, weights_hash
 from gymflow.rollout.engine import episode_turns
 from gymflow.rollout.records import Message, config_hash
 from gymflow.store.db import connect
-from gymflow.store.io import atomic_dir, atomic_path
+from gymflow.store.io import atomic_dir
 from gymflow.train.draws import iteration_seed
 from gymflow.train.pg import ValueHead
+from gymflow.train.state import load_state, save_state
 
 CRITIC_FILE = "critic.json"  # in a critic directory: its config (the variant), so `load_critic` restores it
 SEPARATOR = "\n\n"  # after the hidden text, before the policy's first id
@@ -594,20 +595,14 @@ def _save(
     state = {"rows": rows, "model": critic.model.state_dict(), "optimizer": optimizer.state_dict()}
     if critic.head is not None:
         state["head"] = critic.head.state_dict()
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_state(path, state)
 
 
 def _restore(path: Path, critic: TurnCritic, optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
     """The rows of the epochs in the checkpoint at `path`, the critic and optimizer set to their state after them;
     none if there is none. An unreadable checkpoint counts as none: the run starts afresh."""
-    if not path.exists():
-        return []
-    try:
-        state = torch.load(path, weights_only=False)
-    except Exception as e:  # truncated or foreign: whatever torch raises, it is not a checkpoint to resume
-        print(f"{path} is unreadable ({type(e).__name__}); starting afresh")
-        path.unlink()
+    state = load_state(path)
+    if state is None:
         return []
     critic.model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])

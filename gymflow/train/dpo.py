@@ -55,8 +55,9 @@ from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, lora_config
 from gymflow.models.files import checkpoint_dir, save_model, weights_hash
 from gymflow.rollout.records import config_hash
-from gymflow.store.io import atomic_path, write_csv
+from gymflow.store.io import write_csv
 from gymflow.train.draws import iteration_seed
+from gymflow.train.state import load_state, save_state
 
 CHECKPOINTS = 10  # per run, as SFT writes them
 # the curve's columns: per logged step, means over the steps since the row before (lr: the step's)
@@ -371,21 +372,15 @@ def _save(path: Path, model, optimizer, scheduler, state: dict[str, Any]) -> Non
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
     }
-    with atomic_path(path) as tmp:
-        torch.save(full, tmp)
+    save_state(path, full)
 
 
 def _restore(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
     """The run's bookkeeping after the steps in the checkpoint at `path`, with model, optimizer and schedule
     set to their state then; a fresh run's if there is none. An unreadable checkpoint counts as none."""
     fresh = {"step": 0, "rows": [], "seconds": 0.0, "tokens": 0.0, "pairs": 0}
-    if not path.exists():
-        return fresh
-    try:
-        state = torch.load(path, weights_only=False)
-    except Exception as e:  # truncated or foreign: whatever torch raises, it is not a checkpoint to resume
-        print(f"{path} is unreadable ({type(e).__name__}); starting afresh")
-        path.unlink()
+    state = load_state(path)
+    if state is None:
         return fresh
     model.load_state_dict(state.pop("model"))
     optimizer.load_state_dict(state.pop("optimizer"))

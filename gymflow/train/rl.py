@@ -28,10 +28,11 @@ from gymflow.models.files import checkpoint_dir, save_model, weights_hash
 from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import EarlyStop, SamplingConfig, episode_turns, rollout
 from gymflow.rollout.records import Episode, RunInfo, config_hash
-from gymflow.store.io import atomic_path, is_intact, table_path, write_csv
+from gymflow.store.io import is_intact, table_path, write_csv
 from gymflow.train.draws import draw_tasks, iteration_seed
 from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.presets import switches
+from gymflow.train.state import load_state, save_state
 
 # Wall-clock figures of an iteration: kept in the checkpoint for the metrics, left out of the curve, whose
 # bytes then follow from the inputs alone (a rerun writes the same file).
@@ -229,20 +230,14 @@ def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> No
     if learner.value is not None:
         state["value"] = learner.value.state_dict()
         state["value_optimizer"] = learner.value_optimizer.state_dict()
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_state(path, state)
 
 
 def _restore(path: Path, learner: PolicyGradient) -> list[dict[str, Any]]:
     """The rows of the iterations in the checkpoint at `path`, with the learner set to its state after them;
     none if there is no checkpoint. A checkpoint that cannot be read counts as none: the run starts afresh."""
-    if not path.exists():
-        return []
-    try:
-        state = torch.load(path, weights_only=False)
-    except Exception as e:  # truncated or foreign: whatever torch raises, it is not a checkpoint to resume
-        print(f"{path} is unreadable ({type(e).__name__}); starting afresh")
-        path.unlink()
+    state = load_state(path)
+    if state is None:
         return []
     learner.model.load_state_dict(state["model"])
     learner.optimizer.load_state_dict(state["optimizer"])
