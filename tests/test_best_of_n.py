@@ -6,39 +6,19 @@ import pytest
 import torch
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import ModelConfig
-from gymflow.envs import make_env
 from gymflow.envs.colbench import ColBench
 from gymflow.envs.instructions import build_splits
 from gymflow.eval import best_of_n as bon
 from gymflow.eval.best_of_n import CriticChooser, RandomChooser, best_of_n, best_of_n_curve, sample_copies
-from gymflow.models.build import build_model
 from gymflow.models.files import weights_hash
 from gymflow.models.sampling import sample
-from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout.engine import SamplingConfig, episode_turns, rollout
-from gymflow.rollout.expert import run_expert
 from gymflow.rollout.play import Policy
 from gymflow.store.db import connect
 from gymflow.train.critic import CriticConfig, TurnCritic
 
 TASKS = build_splits(ColBench, 3, 0, seed=0)["train"]
 SAMPLING = SamplingConfig(temperature=1.0, max_new_tokens=16, batch_size=8)
-
-
-@pytest.fixture(scope="module")
-def fmt():
-    env = make_env("colbench")
-    texts = [m.text for t in TASKS for m in run_expert(env, t).messages] + [
-        ColBench.hidden_text(t) for t in TASKS
-    ]
-    return ChatFormat(train_tokenizer(texts * 3, 500))
-
-
-@pytest.fixture(scope="module")
-def policy(fmt):
-    cfg = ModelConfig(hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=2048)
-    return build_model(cfg, fmt.tokenizer).eval()
 
 
 def _jobs():

@@ -16,7 +16,6 @@ from gymflow.envs.instructions import build_splits, save_tasks
 from gymflow.envs.maze import Maze
 from gymflow.errors import UserError
 from gymflow.models.build import build_model
-from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import episode_turns
 from gymflow.rollout.expert import run_expert
@@ -40,21 +39,6 @@ from gymflow.train.critic import (
 )
 
 TASKS = build_splits(ColBench, 4, 0, seed=0)["train"]
-
-
-@pytest.fixture(scope="module")
-def fmt():
-    env = make_env("colbench")
-    texts = [m.text for t in TASKS for m in run_expert(env, t).messages] + [
-        ColBench.hidden_text(t) for t in TASKS
-    ]
-    return ChatFormat(train_tokenizer(texts * 3, 500))
-
-
-@pytest.fixture(scope="module")
-def policy(fmt):
-    cfg = ModelConfig(hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=2048)
-    return build_model(cfg, fmt.tokenizer).eval()
 
 
 def _sampled(ep: Episode, fmt: ChatFormat) -> Episode:

@@ -11,17 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from gymflow.agent.chat import ChatFormat
-from gymflow.config import ModelConfig
-from gymflow.envs import make_env
 from gymflow.envs.colbench import ColBench
 from gymflow.envs.instructions import build_splits, save_tasks
 from gymflow.errors import UserError
-from gymflow.models.build import build_model
-from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import SamplingConfig, episode_turns, rollout
-from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
 from gymflow.train import sweet
 from gymflow.train.critic import CriticConfig, CriticEpisode, TurnCritic, critic_episodes
@@ -41,14 +35,7 @@ SPLITS = build_splits(ColBench, 3, 0, seed=0)
 TASKS = SPLITS["train"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: the tiny models gain nothing from two on cores other tests share (sampling was 100x
-    slower on two oversubscribed ones)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class IdSumCritic:
@@ -61,19 +48,6 @@ class IdSumCritic:
     def score(self, items):
         self.items += items
         return [float(sum(item.reply_ids) % 101) for item in items]
-
-
-@pytest.fixture(scope="module")
-def fmt():
-    env = make_env("colbench")
-    texts = [m.text for t in TASKS for m in run_expert(env, t).messages]
-    return ChatFormat(train_tokenizer((texts + [ColBench.hidden_text(t) for t in TASKS]) * 3, 500))
-
-
-@pytest.fixture(scope="module")
-def policy(fmt):
-    cfg = ModelConfig(hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=2048)
-    return build_model(cfg, fmt.tokenizer).eval()
 
 
 @pytest.fixture(scope="module")
