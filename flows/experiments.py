@@ -21,25 +21,28 @@ from gymflow.store.io import write_text
 
 
 @task(tags=["gpu"], retries=1)
-def experiment(name: str, overrides: list[str], repo: str) -> str:
-    dvc(["exp", "run", "--temp", "-n", name, *[arg for o in overrides for arg in ("-S", o)]], repo)
+def experiment(name: str, overrides: list[str], repo: str, targets: tuple[str, ...] = ()) -> str:
+    """One `dvc exp run --temp` of the default pipeline, or of `targets` (e.g. sweet/dvc.yaml)."""
+    dvc(["exp", "run", "--temp", "-n", name, *[arg for o in overrides for arg in ("-S", o)], *targets], repo)
     return name
 
 
-def finished(repo: str, head_name: str) -> dict[str, dict[str, dict]]:
+def finished(repo: str, head_name: str, prefix: str = "data/metrics/evaluate/") -> dict[str, dict[str, dict]]:
     """The completed experiments of every commit, from `dvc exp show --json -A` (see `completed`)."""
 
     def output(*cmd: str) -> str:
         return subprocess.run(cmd, cwd=repo, capture_output=True, text=True).stdout
 
     shown = json.loads(output(sys.executable, "-m", "dvc", "exp", "show", "--json", "-A") or "[]")
-    return completed(shown, output("git", "rev-parse", "HEAD").strip(), head_name)
+    return completed(shown, output("git", "rev-parse", "HEAD").strip(), head_name, prefix)
 
 
-def completed(shown: list[dict], head: str, head_name: str) -> dict[str, dict[str, dict]]:
-    """Experiment name -> policy -> the evaluation metrics it stored, skipping queued, running and failed
-    experiments; a later commit's run of a name wins. The commit `head` itself (params.yaml as committed) is
-    the experiment `head_name`."""
+def completed(
+    shown: list[dict], head: str, head_name: str, prefix: str = "data/metrics/evaluate/"
+) -> dict[str, dict[str, dict]]:
+    """Experiment name -> metrics file (its path after `prefix`, no .json) -> the metrics it stored (those under `prefix`: by default the
+    evaluations, one per policy), skipping queued, running and failed experiments; a later commit's run of a
+    name wins. The commit `head` itself (params.yaml as committed) is the experiment `head_name`."""
     found = {}
     for baseline in reversed(shown):  # dvc lists the newest commit first
         revs = [baseline | {"name": head_name}] if baseline["rev"] == head else []
@@ -49,9 +52,9 @@ def completed(shown: list[dict], head: str, head_name: str) -> dict[str, dict[st
         for rev in revs:
             metrics = (rev.get("data") or {}).get("metrics") or {}
             found[rev["name"]] = {
-                Path(path).stem: m["data"]
+                path.removeprefix(prefix).removesuffix(".json"): m["data"]
                 for path, m in metrics.items()
-                if path.startswith("data/metrics/evaluate/") and "data" in m
+                if path.startswith(prefix) and "data" in m
             }
     return found
 

@@ -283,6 +283,160 @@ class RLParams(Section):
         return self.horizon[-1].turns
 
 
+# ---- SWEET-RL (sweet/dvc.yaml) ----
+class CriticConfig(Section):
+    """One critic; the variants of SWEET-RL's Figure 3a are its switches (`hidden`, `kind`)."""
+
+    hidden: bool = True
+    """read the task's training-time information (`Env.hidden_text`) before the interaction; False is the
+    paper's "w/o training-time information" row"""
+    kind: Literal["advantage", "value"] = "advantage"
+    """advantage: Eq. 3 trained by Bradley-Terry (Eq. 2); value: a head predicting success, trained by BCE"""
+    beta: float = Field(0.1, gt=0)
+    """Eq. 2's beta (the paper: 0.1); larger makes the loss saturate at smaller advantage gaps"""
+    lr: float = Field(1e-5, ge=0)
+    """AdamW's learning rate for the critic LM (the paper: 2e-7 on an 8B model; tiny models want 1e-5 to 1e-4)"""
+    head_lr: float = Field(1e-3, ge=0)
+    """the value head's learning rate (kind value; the head starts from random weights)"""
+    nll_coef: float = Field(0.0, ge=0)
+    """weight of the chosen episodes' mean reply NLL added to the BT loss, keeping pi_theta a language model of
+    the data (the paper's Table 5 lists 0.01; its released critic command sets none)"""
+    epochs: int = Field(4, ge=1)
+    """passes over the pairs (advantage) or episodes (value); the paper: 4"""
+    batch: int = Field(8, ge=1)
+    """pairs (advantage) or episodes (value) per optimizer step; the paper: 8"""
+    max_pairs_per_task: int = Field(16, ge=1)
+    """at most this many (chosen, rejected) pairs per task, a seeded draw: K samples of a task give up to
+    K^2/4 pairs, which would let tasks with many distinct rewards dominate"""
+    max_hidden_tokens: int = Field(512, ge=1)
+    """the hidden block is cut to this many ids (colbench's reference: about 100)"""
+    max_tokens: int = Field(16384, ge=1)
+    """padded ids per forward pass: bounds activation memory, not the batch (passes accumulate)"""
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    """gradients clipped to this norm (None: not clipped)"""
+    seed: int = 0
+    """seeds the pair draw, the shuffle and the value head's initial weights"""
+
+
+class DPOParams(Section):
+    """One DPO run: SWEET-RL's actor (per-turn pairs) or the multi-turn DPO baseline (episode pairs)."""
+
+    beta: float = Field(0.1, gt=0)
+    """Eq. 4's beta' (the paper: 0.1 for both). Larger keeps the policy closer to pi_ref: the loss saturates
+    at smaller log-ratio gaps"""
+    nll_coef: float = Field(0.01, ge=0)
+    """weight of the chosen side's mean NLL per id (the paper: 0.01, which it found to help in most cases);
+    keeps the chosen replies likely while DPO pushes the pair apart"""
+    lr: float = Field(1e-4, gt=0)
+    """AdamW's peak learning rate, cosine-decayed after warm-up. The paper: 2e-7 on an 8B model; the tiny
+    agent's other fine-tuning runs at 3e-4 (rl) and 4e-4 (evol)"""
+    epochs: float = Field(1.0, gt=0)
+    """passes over the pairs, a fraction being a seeded draw (the paper: actor 1, multi-turn DPO 4)"""
+    batch_size: int = Field(8, ge=1)
+    """pairs per optimizer step (the paper: 8)"""
+    warmup: float = Field(0.05, ge=0)
+    """learning-rate warm-up: a fraction of the steps (< 1) or a step count"""
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    """gradients clipped to this norm (None: not clipped; OpenRLHF clips at 1.0)"""
+    max_tokens: int = Field(16384, ge=1)
+    """padded ids per forward pass: bounds activation memory, not the batch (passes accumulate)"""
+    lora_rank: int = Field(0, ge=0)
+    """0: full fine-tuning (the tiny default); > 0: LoRA of that rank (large models)"""
+    seed: int = 0
+    """seeds the shuffle (and LoRA's initial adapters)"""
+    log_every: int = Field(10, ge=1)
+    """optimizer steps per curve row"""
+
+
+class CandidateParams(Section):
+    """How SWEET-RL's per-turn pairs are made (section 4.3)."""
+
+    candidates: int = Field(16, ge=2)
+    """replies sampled per turn (the paper: 16); more gives the halves more room, at a proportional cost"""
+    pairs_per_turn: int = Field(1, ge=1)
+    """distinct (chosen, rejected) draws per turn (the paper's text: 1; its released script: 4)"""
+    turns: int | None = Field(None, ge=1)
+    """a seeded draw of this many turns of the offline data (None: all; SWEET-RL's script samples a tenth)"""
+    temperature: float = Field(1.0, gt=0)
+    """the policy's sampling temperature (the paper: 1.0); the offline data's, so candidates are its draws"""
+    seed: int = 0
+    """seeds the draw of turns, each part's sampling and each turn's pair draw"""
+
+
+class OfflineParams(Section):
+    """The offline data every SWEET-RL method learns from (paper 003, section 5.1: zero-shot episodes of the
+    agent on train tasks, several per task)."""
+
+    tasks: PositiveInt = Field(description="train tasks drawn (a seeded draw)")
+    samples: int = Field(4, ge=2, le=MAX_SAMPLES, description="episodes per task: pairs need two")
+    temperature: float = Field(1.0, gt=0)
+
+
+class ActorParams(CandidateParams):
+    """SWEET-RL's actor: per-turn candidates from the agent, ranked by one of `sweet.critics`."""
+
+    critic: str = Field("hidden", description="the name in sweet.critics whose scores rank the candidates")
+
+
+class MultiTurnDPOParams(DPOParams):
+    """The multi-turn DPO baseline: whole episodes of a task, the higher reward chosen."""
+
+    max_pairs_per_task: PositiveInt = 4
+
+
+class RFTParams(Section):
+    """Rejection fine-tuning: SFT (sft's settings, this lr) on the offline episodes that succeeded."""
+
+    epochs: float = Field(1.0, gt=0, description="passes over the kept episodes")
+    lr: float = Field(1e-4, gt=0)
+
+
+class BestOfNParams(Section):
+    """Figure 3a: at each turn N candidates from the agent, the one a critic (or chance) picks is executed."""
+
+    ns: list[PositiveInt] = Field([1, 2, 4, 8, 16], min_length=1)
+    tasks: PositiveInt = Field(description="held-out tasks played (the first of the eval split)")
+    temperature: float = Field(1.0, gt=0)
+
+
+class SweetParams(Section):
+    """SWEET-RL and its baselines on one environment whose tasks carry hidden information (sweet/dvc.yaml)."""
+
+    env: str = "colbench"
+    start: str = Field("sft", description="the agent under data/models that collects and is trained")
+    seed: int = Field(0, description="seeds every draw: offline tasks and samples, critics, candidates, DPO")
+    offline: OfflineParams
+    critic: CriticConfig = CriticConfig()
+    critics: dict[str, dict[str, object]] = Field(
+        min_length=1, description="name -> overrides of `critic`: the variants trained and compared"
+    )
+    actor: ActorParams = ActorParams()
+    dpo: DPOParams = DPOParams()
+    mtdpo: MultiTurnDPOParams = MultiTurnDPOParams()
+    rft: RFTParams = RFTParams()
+    best_of_n: BestOfNParams
+
+    @model_validator(mode="after")
+    def _check(self) -> SweetParams:
+        for name in self.critics:
+            self.critic_config(name)
+        if self.actor.critic not in self.critics:
+            raise ValueError(
+                f"sweet.actor.critic is {self.actor.critic!r}, not one of sweet.critics {sorted(self.critics)}"
+            )
+        return self
+
+    def critic_config(self, name: str) -> CriticConfig:
+        """Critic `name`: `critic` with its overrides, seeded by `seed`."""
+        try:
+            return CriticConfig(**(self.critic.model_dump() | self.critics[name] | {"seed": self.seed}))
+        except ValidationError as e:
+            raise ValueError(f"sweet.critics.{name}: {describe_error(e)}") from None
+
+    def seeded(self, section: Section) -> Section:
+        return section.model_copy(update={"seed": self.seed})
+
+
 class Params(Section):
     envs: list[str] = Field(min_length=1)
     instructions: InstructionsConfig
@@ -293,6 +447,7 @@ class Params(Section):
     evaluate: EvalParams | None = None
     evol: EvolParams | None = None
     rl: RLParams | None = None
+    sweet: SweetParams | None = None
 
     @model_validator(mode="after")
     def _check_envs(self) -> Params:
@@ -337,6 +492,10 @@ class Params(Section):
         agents = ["init", "sft", *(self.evol.iterations if self.evol else [])]
         if self.rl and self.rl.start not in agents:
             raise ValueError(f"rl.start is {self.rl.start!r}; use one of the agents {agents}")
+        if self.sweet and self.sweet.start not in agents:
+            raise ValueError(f"sweet.start is {self.sweet.start!r}; use one of the agents {agents}")
+        if self.sweet and self.sweet.env not in self.envs:
+            raise ValueError(f"sweet.env {self.sweet.env!r} is not in envs; add it to envs")
         return self
 
 

@@ -6,13 +6,15 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gymflow.config import Params
 from gymflow.errors import UserError
 from gymflow.store.io import write_text
 
 METRICS_DIR = Path("data/metrics")
+T = TypeVar("T")
+T = TypeVar("T")
 
 
 def write_metrics(name: str, metrics: dict[str, Any]) -> Path:
@@ -45,3 +47,10 @@ def run_stage(main: Callable[[], None], resume_note: str = "nothing is kept; run
     except KeyboardInterrupt:
         print(f"interrupted: {resume_note}", file=sys.stderr)
         sys.exit(130)
+
+
+def required(section: T | None, name: str) -> T:
+    """A section of params.yaml a stage cannot run without, or a one-line error saying to add it."""
+    if section is None:
+        raise UserError(f"params.yaml has no `{name}:` section; add one (see the README) to run this stage")
+    return section

@@ -3,6 +3,7 @@ as `rollout` says.
 
     dvc repro evaluate            # every policy: init, sft (and evaluate_evol@<iteration> for AgentEvol)
     python -m stages.evaluate sft
+    python -m stages.evaluate sweet colbench   # only these of evaluate.envs (SWEET-RL's agents: sweet/dvc.yaml)
 Writes data/rollouts/evaluate/<policy>/<env>.{episodes,turns}.parquet (every episode, token ids included)
 and data/metrics/evaluate/<policy>.json (per environment and difficulty: success, reward, turns, pass@k).
 """
@@ -23,13 +24,19 @@ ROLLOUTS = Path("data/rollouts/evaluate")
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        raise UserError("usage: python -m stages.evaluate POLICY (a model directory under data/models)")
-    policy = sys.argv[1]
+    if len(sys.argv) < 2:
+        raise UserError(
+            "usage: python -m stages.evaluate POLICY [ENV ...] (POLICY: a directory under data/models)"
+        )
+    policy, only = sys.argv[1], sys.argv[2:]
     params = load_params()
     cfg = params.evaluate
     if cfg is None:
         raise UserError("params.yaml has no `evaluate:` section; add one (see the README) to run this stage")
+    if outside := [e for e in only if e not in cfg.envs]:
+        raise UserError(f"{outside} not in evaluate.envs {cfg.envs}: add them there or name others")
+    if only:
+        cfg = cfg.model_copy(update={"envs": only})
     model_dir = Path("data/models") / policy
     if not model_dir.is_dir():
         raise UserError(f"{model_dir} does not exist: run `dvc repro` for the stage that builds it")

@@ -61,16 +61,19 @@ def test_the_executed_reply_is_the_candidate_the_critic_ranks_highest(policy, fm
     )
     executed: dict[str, list] = {}
     for call in chooser.calls:
-        for task_id, candidates, pick in call:
+        for task_id, candidates, (pick, score) in call:
             scores = [stub.value(c.token_ids) for c in candidates]
             assert len(candidates) == 4 and len({tuple(c.token_ids) for c in candidates}) > 1
-            assert pick == scores.index(max(scores))
-            executed.setdefault(task_id, []).append(candidates[pick])
+            assert pick == scores.index(max(scores)) and score == max(scores)
+            executed.setdefault(task_id, []).append((candidates[pick], score))
     assert len(stub.items) == 4 * sum(len(call) for call in chooser.calls)
     for ep in episodes:
         replies = [m for m in ep.messages if m.role == "assistant"]
-        assert [m.token_ids for m in replies] == [c.token_ids for c in executed[ep.task.task_id]]
-        assert [m.logprobs for m in replies] == [c.logprobs for c in executed[ep.task.task_id]]
+        assert [m.token_ids for m in replies] == [c.token_ids for c, _ in executed[ep.task.task_id]]
+        assert [m.logprobs for m in replies] == [c.logprobs for c, _ in executed[ep.task.task_id]]
+        # the turns table's critic_score: the executed reply's score, as the critic gave it
+        assert [m.critic_score for m in replies] == [score for _, score in executed[ep.task.task_id]]
+        assert all(m.critic_score is None for m in ep.messages if m.role != "assistant")
 
 
 def test_n_1_is_plain_sampling_with_the_same_generator(policy, fmt):
@@ -110,7 +113,9 @@ def test_the_random_pick_is_seeded(policy, fmt):
     def play(seed):
         chooser = Recording(RandomChooser(seed))
         best_of_n(policy, fmt, _jobs(), SAMPLING, 4, chooser, torch.Generator().manual_seed(0), horizon=2)
-        return [p for call in chooser.calls for _, _, p in call]
+        picks = [p for call in chooser.calls for _, _, p in call]
+        assert all(score is None for _, score in picks)  # no critic: the turns table's critic_score stays null
+        return [i for i, _ in picks]
 
     first = play(0)
     assert first == play(0) and len(set(first)) > 1

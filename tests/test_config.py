@@ -20,6 +20,16 @@ trajectories: {tasks: {maze: 8}}
 """
 
 
+SWEET = """sweet:
+  env: maze
+  start: sft
+  offline: {tasks: 5, samples: 4}
+  critics: {hidden: {}, value: {kind: value}}
+  actor: {critic: hidden}
+  best_of_n: {tasks: 3}
+"""
+
+
 def write(tmp_path, text):
     path = tmp_path / "params.yaml"
     path.write_text(text)
@@ -135,12 +145,38 @@ def test_valid_params_load(tmp_path):
             "line 3: duplicate key 'maze' \\(first on line 3\\)",
         ),
         (GOOD + "envs: [maze]\n", "line 5: duplicate key 'envs' \\(first on line 2\\); keep one"),
+        # SWEET-RL: a critic variant is a CriticConfig's overrides; the actor ranks by one of them
+        (
+            GOOD + SWEET.replace("value: {kind: value}", "value: {kind: q}"),
+            "sweet.critics.value: kind: Input should be",
+        ),
+        (
+            GOOD + SWEET.replace("value: {kind: value}", "value: {lr: -1}"),
+            "sweet.critics.value: lr: .* greater than",
+        ),
+        (
+            GOOD + SWEET.replace("actor: {critic: hidden}", "actor: {critic: mine}"),
+            "sweet.actor.critic is 'mine', not one of",
+        ),
+        (GOOD + SWEET.replace("env: maze", "env: colbench"), "sweet.env 'colbench' is not in envs"),
+        (GOOD + SWEET.replace("start: sft", "start: evol9"), "sweet.start is 'evol9'; use one of the agents"),
+        (
+            GOOD + SWEET.replace("samples: 4", "samples: 1"),
+            "sweet.offline.samples: .* greater than or equal to 2",
+        ),
     ],
 )
 def test_bad_params_are_one_line_errors(tmp_path, text, message):
     with pytest.raises(UserError, match=message) as err:
         load_params(write(tmp_path, text))
     assert "\n" not in str(err.value)
+
+
+def test_a_critic_variant_is_the_shared_critic_with_its_overrides_and_the_seed(tmp_path):
+    sweet = load_params(write(tmp_path, GOOD + SWEET.replace("start: sft", "start: sft\n  seed: 7"))).sweet
+    hidden, value = sweet.critic_config("hidden"), sweet.critic_config("value")
+    assert (hidden.kind, value.kind, hidden.seed, value.seed) == ("advantage", "value", 7, 7)
+    assert sweet.seeded(sweet.dpo).seed == 7 and sweet.dpo.seed == 0
 
 
 def test_missing_file(tmp_path):

@@ -151,10 +151,10 @@ def test_eq3_on_a_two_turn_episode_equals_an_independent_forward_pass(policy, fm
     )
     whole = CriticEpisode("e", "colbench", TASKS[0].task_id, 1.0, True, hidden, ids, turns, [2, 4])
     assert critic.score_episodes([whole])[0] == pytest.approx(expected, abs=1e-5)
-    assert turn_scores(critic, [whole]) == [
-        {"episode_id": "e", "turn": 2, "critic_score": pytest.approx(expected[0], abs=1e-5)},
-        {"episode_id": "e", "turn": 4, "critic_score": pytest.approx(expected[1], abs=1e-5)},
-    ]
+    rows = turn_scores(critic, "hidden", [whole])
+    assert [(r["critic"], r["episode_id"], r["turn"]) for r in rows] == [("hidden", "e", 2), ("hidden", "e", 4)]
+    assert [r["critic_score"] for r in rows] == pytest.approx(expected, abs=1e-5)
+    assert [r["advantage"] for r in rows] == [r["critic_score"] for r in rows]  # Eq. 3: the score is it
 
 
 def test_advantage_is_zero_when_theta_equals_reference(policy, fmt):
@@ -319,6 +319,10 @@ def test_value_critic_scores_the_state_after_the_reply_and_moves_toward_success(
     turns = [0] * len(prompt) + [1] * len(r1) + [0] * len(between) + [2] * len(r2)
     whole = CriticEpisode("e", "colbench", "t", 1.0, True, hidden, prompt + r1 + between + r2, turns, [2, 4])
     assert critic.score_episodes([whole])[0] == pytest.approx(critic.score(items), abs=1e-5)
+    first, second = critic.score(items)
+    rows = turn_scores(critic, "value", [whole])
+    assert [r["critic_score"] for r in rows] == pytest.approx([first, second], abs=1e-5)
+    assert rows[0]["advantage"] is None and rows[1]["advantage"] == pytest.approx(second - first, abs=1e-5)
     good, bad = (_critic_episode(ep, fmt) for ep in _episodes(fmt)[:2])
     for episode, direction in ((good, 1), (bad, -1)):
         critic = TurnCritic.initial(policy, fmt, config)

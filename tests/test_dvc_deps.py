@@ -11,8 +11,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-STAGES = {name: stage.get("do", stage) for name, stage in DVC["stages"].items()}  # foreach: its template
+PIPELINES = (
+    "dvc.yaml",
+    "sweet/dvc.yaml",
+)  # the default pipeline and SWEET-RL's (its stages run from the root)
+STAGES = {  # foreach: its template
+    name: stage.get("do", stage)
+    for pipeline in PIPELINES
+    for name, stage in yaml.safe_load((ROOT / pipeline).read_text())["stages"].items()
+}
 PACKAGES = ("gymflow", "stages")
 
 

@@ -18,9 +18,23 @@ from dvc.repo import Repo
 from gymflow.config import Params
 
 ROOT = Path(__file__).resolve().parents[1]
-DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
-TEMPLATES = {name: stage.get("do", stage) for name, stage in DVC["stages"].items()}  # foreach: its template
-PLAYING = ["evaluate", "evaluate_evol", "explore", "rl"]  # the stages that play episodes
+PIPELINES = (
+    "dvc.yaml",
+    "sweet/dvc.yaml",
+)  # the default pipeline and SWEET-RL's (its stages run from the root)
+TEMPLATES = {  # foreach: its template
+    name: stage.get("do", stage)
+    for pipeline in PIPELINES
+    for name, stage in yaml.safe_load((ROOT / pipeline).read_text())["stages"].items()
+}
+PLAYING = [
+    "evaluate",
+    "evaluate_evol",
+    "explore",
+    "rl",
+    "offline",
+    "evaluate_sweet",
+]  # stages that play episodes
 # A section a stage's script reads that reaches it through a data dependency, whose stage lists it: the
 # trajectories' resume hash covers `instructions`, which are data/instructions (stage `instructions`).
 READ_THROUGH_DATA = {"trajectories": {"instructions"}}
@@ -63,7 +77,8 @@ def scratch(tmp_path_factory):
     """dvc.yaml and params.yaml in a scratch DVC repository, each stage's params recorded: (repo folder, stage
     address -> its params dependencies)."""
     folder = tmp_path_factory.mktemp("dvc")
-    for name in ("dvc.yaml", "params.yaml"):
+    for name in (*PIPELINES, "params.yaml"):
+        (folder / name).parent.mkdir(exist_ok=True)
         shutil.copy(ROOT / name, folder / name)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DVC_SITE_CACHE_DIR", str(folder / "site-cache"))  # DVC's state stays in the scratch folder
@@ -100,17 +115,33 @@ def stages_of(scratch, *templates: str) -> set[str]:
     return names
 
 
+PLAY = ["evaluate", "evaluate_evol", "explore", "rl", "offline", "actor_pairs", "best_of_n", "evaluate_sweet"]
+SWEET = ["offline", "critic", "actor_pairs", "actor", "rft", "mtdpo", "best_of_n"]  # all but evaluate_sweet
+
+
 @pytest.mark.parametrize(
     "section, key, value, rerun",
     [
-        ("evaluate", "k", 3, ["evaluate", "evaluate_evol"]),
-        ("evaluate", "seed", 1, ["evaluate", "evaluate_evol"]),
-        ("evaluate", "top_p", 0.9, ["evaluate", "evaluate_evol"]),
-        ("rollout", "batch_size", 7, ["evaluate", "evaluate_evol", "explore", "rl"]),
-        ("rollout", "max_new_tokens", 64, ["evaluate", "evaluate_evol", "explore", "rl"]),
-        ("rollout", "max_length", 2048, ["evaluate", "evaluate_evol", "explore", "rl"]),
+        ("evaluate", "k", 3, ["evaluate", "evaluate_evol", "evaluate_sweet"]),
+        ("evaluate", "seed", 1, ["evaluate", "evaluate_evol", "evaluate_sweet"]),
+        ("evaluate", "top_p", 0.9, ["evaluate", "evaluate_evol", "evaluate_sweet"]),
+        ("rollout", "batch_size", 7, PLAY),
+        ("rollout", "max_new_tokens", 64, PLAY),
+        ("rollout", "max_length", 2048, [p for p in PLAY if p != "actor_pairs"]),
         # RL samples in process with the weights it trains: a server for a policy is not its business
-        ("rollout", "servers", {"sft": "http://localhost:8000/v1"}, ["evaluate", "evaluate_evol", "explore"]),
+        (
+            "rollout",
+            "servers",
+            {"sft": "http://localhost:8000/v1"},
+            ["evaluate", "evaluate_evol", "explore"] + ["offline", "evaluate_sweet"],
+        ),
+        # SWEET-RL: one seed for every draw; each method's settings rerun only it (and what learns from it)
+        ("sweet", "seed", 1, SWEET),
+        ("sweet", "dpo", {"lr": 0.001}, ["actor"]),
+        ("sweet", "mtdpo", {"lr": 0.001}, ["mtdpo"]),
+        ("sweet", "best_of_n", {"ns": [1, 2], "tasks": 5}, ["best_of_n"]),
+        ("sweet", "critic", {"lr": 0.001}, ["critic"]),
+        ("sft", "lr", 0.01, ["sft", "learn"]),  # rejection fine-tuning has its own lr
     ],
 )
 def test_editing_a_key_reruns_exactly_the_stages_that_read_it(scratch, section, key, value, rerun):

@@ -130,6 +130,7 @@ def params() -> dict:
     value head is state to resume too)."""
     p = tiny_params()
     p["envs"] = ENVS
+    p.pop("sweet")  # SWEET-RL's pipeline (sweet/dvc.yaml) is not part of this run
     p["instructions"]["train"] = dict.fromkeys(ENVS, 3)
     p["instructions"]["eval"] = dict.fromkeys(ENVS, 2)
     p["trajectories"]["tasks"] = dict.fromkeys(ENVS, 2)

@@ -39,13 +39,15 @@ from gymflow.rollout.records import Episode, RunInfo, config_hash
 from gymflow.store.io import read_rows, table_path
 from gymflow.train.critic import CriticItem, TurnCritic
 
+Pick = tuple[int, float | None]  # the candidate executed, and its critic score (None: no critic scored it)
+
 
 class Chooser(Protocol):
     """Picks, per episode, which of its candidate replies to execute."""
 
     def __call__(
         self, tasks: Sequence[Task], contexts: Sequence[list[int]], candidates: Sequence[Sequence[Completion]]
-    ) -> list[int]: ...
+    ) -> list[Pick]: ...
 
 
 class CriticChooser:
@@ -57,20 +59,17 @@ class CriticChooser:
 
     def __call__(
         self, tasks: Sequence[Task], contexts: Sequence[list[int]], candidates: Sequence[Sequence[Completion]]
-    ) -> list[int]:
+    ) -> list[Pick]:
         items: list[CriticItem] = []
         for task, context, options in zip(tasks, contexts, candidates, strict=True):
-            if len(options) > 1:  # a single candidate needs no score
-                hidden = ENVS[task.env].hidden_text(task) if self.critic.config.hidden else ""
-                items += [CriticItem(hidden, list(context), list(c.token_ids)) for c in options]
+            hidden = ENVS[task.env].hidden_text(task) if self.critic.config.hidden else ""
+            items += [CriticItem(hidden, list(context), list(c.token_ids)) for c in options]
         scores = iter(self.critic.score(items))
         picks = []
         for options in candidates:
-            if len(options) == 1:
-                picks.append(0)
-                continue
             mine = [next(scores) for _ in options]
-            picks.append(max(range(len(mine)), key=mine.__getitem__))  # max keeps the first of ties
+            best = max(range(len(mine)), key=mine.__getitem__)  # max keeps the first of ties
+            picks.append((best, mine[best]))
         return picks
 
 
@@ -82,8 +81,8 @@ class RandomChooser:
 
     def __call__(
         self, tasks: Sequence[Task], contexts: Sequence[list[int]], candidates: Sequence[Sequence[Completion]]
-    ) -> list[int]:
-        return [self.rng.randrange(len(options)) for options in candidates]
+    ) -> list[Pick]:
+        return [(self.rng.randrange(len(options)), None) for options in candidates]
 
 
 def best_of_n(
@@ -133,8 +132,10 @@ def _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool) -> 
         eps = [running[i] for i in live]
         candidates = _candidates(model, fmt, eps, cfg, n, generator)
         picks = choose([ep.task for ep in eps], [ep.ids for ep in eps], candidates)
-        for i, options, pick in zip(live, candidates, picks, strict=True):
+        for i, options, (pick, score) in zip(live, candidates, picks, strict=True):
+            messages = running[i].messages
             results[i] = _advance(running[i], options[pick], fmt, cfg)
+            next(m for m in reversed(messages) if m.role == "assistant").critic_score = score
         live = [i for i in live if results[i] is None]
     return [r for r in results if r is not None]
 

@@ -19,6 +19,7 @@ class Message:
     token_ids: list[int] = field(default_factory=list)  # exactly as sampled (assistant turns)
     logprobs: list[float] = field(default_factory=list)
     advantage: float | None = None  # what the learner weighted this reply with (RL; mean over its tokens)
+    critic_score: float | None = None  # the critic's score of this reply when one chose it (Best-of-N)
 
 
 @dataclass
@@ -86,7 +87,7 @@ def episode_rows(ep: Episode, info: RunInfo) -> tuple[dict[str, Any], list[dict[
             "reward": m.reward,
             "token_ids": m.token_ids,
             "logprobs": m.logprobs,
-            "critic_score": None,
+            "critic_score": m.critic_score,
             "advantage": m.advantage,
         }
         for i, m in enumerate(ep.messages)

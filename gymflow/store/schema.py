@@ -66,7 +66,20 @@ TURNS = pa.schema(
     ]
 )
 
-TABLES = {"tasks": TASKS, "episodes": EPISODES, "turns": TURNS}
+# A critic's numbers for the assistant turns of episodes it did not play (SWEET-RL's offline data): keyed as the
+# turns table is, one row per critic and turn, so `turns join critic_scores using (episode_id, turn)` shows
+# which turns each critic blamed without copying the turns once per critic.
+CRITIC_SCORES = pa.schema(
+    [
+        ("critic", pa.string()),  # its name in sweet.critics
+        ("episode_id", pa.string()),
+        ("turn", pa.int32()),
+        ("critic_score", pa.float32()),  # `TurnCritic.score`: Eq. 3's advantage, or the value head's logit
+        ("advantage", pa.float32()),  # the turn's advantage: Eq. 3 (= critic_score), or V after - V before
+    ]
+)
+
+TABLES = {"tasks": TASKS, "episodes": EPISODES, "turns": TURNS, "critic_scores": CRITIC_SCORES}
 
 
 def with_version(schema: pa.Schema) -> pa.Schema:

@@ -21,7 +21,7 @@ never sees.
     train_critic("data/models/sft", episodes, CriticConfig(), Path("data/models/critic"))
     critic = load_critic("data/models/critic")
     critic.score([CriticItem(hidden, context_ids, reply_ids), ...])      # one number per turn, higher better
-    turn_scores(critic, episodes)                                        # rows for the turns table
+    turn_scores(critic, "hidden", episodes)     # the critic_scores table: which turns it blamed
 
 `score` encodes a context shared by several items (Best-of-N's candidates, the actor's) once and runs the
 replies from its cache, so N candidates cost one context and N replies.
@@ -39,17 +39,16 @@ import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import nn
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import Section
+from gymflow.config import CriticConfig
 from gymflow.envs import ENVS
 from gymflow.envs.base import Task, task_rng
 from gymflow.errors import UserError
@@ -65,40 +64,6 @@ from gymflow.train.state import load_state, save_state
 
 CRITIC_FILE = "critic.json"  # in a critic directory: its config (the variant), so `load_critic` restores it
 SEPARATOR = "\n\n"  # after the hidden text, before the policy's first id
-
-
-class CriticConfig(Section):
-    """One critic; the variants of SWEET-RL's Figure 3a are its switches (`hidden`, `kind`)."""
-
-    hidden: bool = True
-    """read the task's training-time information (`Env.hidden_text`) before the interaction; False is the
-    paper's "w/o training-time information" row"""
-    kind: Literal["advantage", "value"] = "advantage"
-    """advantage: Eq. 3 trained by Bradley-Terry (Eq. 2); value: a head predicting success, trained by BCE"""
-    beta: float = Field(0.1, gt=0)
-    """Eq. 2's beta (the paper: 0.1); larger makes the loss saturate at smaller advantage gaps"""
-    lr: float = Field(1e-5, ge=0)
-    """AdamW's learning rate for the critic LM (the paper: 2e-7 on an 8B model; tiny models want 1e-5 to 1e-4)"""
-    head_lr: float = Field(1e-3, ge=0)
-    """the value head's learning rate (kind value; the head starts from random weights)"""
-    nll_coef: float = Field(0.0, ge=0)
-    """weight of the chosen episodes' mean reply NLL added to the BT loss, keeping pi_theta a language model of
-    the data (the paper's Table 5 lists 0.01; its released critic command sets none)"""
-    epochs: int = Field(4, ge=1)
-    """passes over the pairs (advantage) or episodes (value); the paper: 4"""
-    batch: int = Field(8, ge=1)
-    """pairs (advantage) or episodes (value) per optimizer step; the paper: 8"""
-    max_pairs_per_task: int = Field(16, ge=1)
-    """at most this many (chosen, rejected) pairs per task, a seeded draw: K samples of a task give up to
-    K^2/4 pairs, which would let tasks with many distinct rewards dominate"""
-    max_hidden_tokens: int = Field(512, ge=1)
-    """the hidden block is cut to this many ids (colbench's reference: about 100)"""
-    max_tokens: int = Field(16384, ge=1)
-    """padded ids per forward pass: bounds activation memory, not the batch (passes accumulate)"""
-    max_grad_norm: float | None = Field(1.0, gt=0)
-    """gradients clipped to this norm (None: not clipped)"""
-    seed: int = 0
-    """seeds the pair draw, the shuffle and the value head's initial weights"""
 
 
 @dataclass(frozen=True)
@@ -380,13 +345,24 @@ class TurnCritic:
         return [v.tolist() for v in values]
 
 
-def turn_scores(critic: TurnCritic, episodes: Sequence[CriticEpisode]) -> list[dict[str, Any]]:
-    """A row per assistant turn of `episodes`, keyed as the turns table is: episode_id, turn (the message's
-    index) and critic_score (`TurnCritic.score`'s number for that reply in its context)."""
+def turn_scores(critic: TurnCritic, name: str, episodes: Sequence[CriticEpisode]) -> list[dict[str, Any]]:
+    """The `critic_scores` table's rows: one per assistant turn of `episodes`, keyed as the turns table is
+    (episode_id, turn: the message's index), with critic_score (`TurnCritic.score`'s number for that reply in
+    its context) and the turn's advantage: Eq. 3's, which is the score itself, or for a value critic the
+    change in predicted success the reply made (none for the first reply: no value before it)."""
     rows = []
     for ep, scores in zip(episodes, critic.score_episodes(episodes), strict=True):
+        before = None
         for turn, score in zip(ep.message_index, scores, strict=True):
-            rows.append({"episode_id": ep.episode_id, "turn": turn, "critic_score": score})
+            if critic.config.kind == "advantage":
+                advantage = score
+            else:
+                advantage = None if before is None else score - before
+            rows.append(
+                {"critic": name, "episode_id": ep.episode_id, "turn": turn}
+                | {"critic_score": score, "advantage": advantage}
+            )
+            before = score
     return rows
 
 
@@ -624,6 +600,12 @@ def save_critic(critic: TurnCritic, out_dir: Path, extra: dict[str, Any] | None 
         if critic.head is not None:
             torch.save(critic.head.state_dict(), tmp / "value_head.pt")
         (tmp / CRITIC_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def critic_hash(critic: TurnCritic) -> str:
+    """Names a critic exactly: its variant and its trained weights (the LM's and, for a value critic, the head's)."""
+    head = [t.tolist() for t in critic.head.state_dict().values()] if critic.head is not None else None
+    return config_hash([critic.config.model_dump(), weights_hash(critic.model), head])
 
 
 def load_critic(path: str | Path) -> TurnCritic:

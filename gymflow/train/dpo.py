@@ -46,11 +46,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel, get_cosine_schedule_with_warmup
 
-from gymflow.config import Section
+from gymflow.config import DPOParams
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, lora_config
 from gymflow.models.files import checkpoint_dir, save_model, weights_hash
@@ -63,36 +62,6 @@ CHECKPOINTS = 10  # per run, as SFT writes them
 # the curve's columns: per logged step, means over the steps since the row before (lr: the step's)
 CURVE_FIELDS = ("step", "loss", "dpo_loss", "nll", "reward_margin", "accuracy")
 CURVE_FIELDS += ("chosen_reward", "rejected_reward", "grad_norm", "lr")
-
-
-class DPOParams(Section):
-    """One DPO run: SWEET-RL's actor (per-turn pairs) or the multi-turn DPO baseline (episode pairs)."""
-
-    beta: float = Field(0.1, gt=0)
-    """Eq. 4's beta' (the paper: 0.1 for both). Larger keeps the policy closer to pi_ref: the loss saturates
-    at smaller log-ratio gaps"""
-    nll_coef: float = Field(0.01, ge=0)
-    """weight of the chosen side's mean NLL per id (the paper: 0.01, which it found to help in most cases);
-    keeps the chosen replies likely while DPO pushes the pair apart"""
-    lr: float = Field(1e-4, gt=0)
-    """AdamW's peak learning rate, cosine-decayed after warm-up. The paper: 2e-7 on an 8B model; the tiny
-    agent's other fine-tuning runs at 3e-4 (rl) and 4e-4 (evol)"""
-    epochs: float = Field(1.0, gt=0)
-    """passes over the pairs, a fraction being a seeded draw (the paper: actor 1, multi-turn DPO 4)"""
-    batch_size: int = Field(8, ge=1)
-    """pairs per optimizer step (the paper: 8)"""
-    warmup: float = Field(0.05, ge=0)
-    """learning-rate warm-up: a fraction of the steps (< 1) or a step count"""
-    max_grad_norm: float | None = Field(1.0, gt=0)
-    """gradients clipped to this norm (None: not clipped; OpenRLHF clips at 1.0)"""
-    max_tokens: int = Field(16384, ge=1)
-    """padded ids per forward pass: bounds activation memory, not the batch (passes accumulate)"""
-    lora_rank: int = Field(0, ge=0)
-    """0: full fine-tuning (the tiny default); > 0: LoRA of that rank (large models)"""
-    seed: int = 0
-    """seeds the shuffle (and LoRA's initial adapters)"""
-    log_every: int = Field(10, ge=1)
-    """optimizer steps per curve row"""
 
 
 @dataclass(frozen=True)

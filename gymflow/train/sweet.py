@@ -40,12 +40,11 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from pydantic import Field
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import Section
+from gymflow.config import CandidateParams
 from gymflow.envs.base import task_rng
 from gymflow.errors import UserError
 from gymflow.models.files import checkpoint_dir, weights_hash
@@ -90,21 +89,6 @@ class Critic(Protocol):
     """What the actor needs of a critic (`TurnCritic`): one score per turn, higher is better."""
 
     def score(self, items: Sequence[CriticItem]) -> list[float]: ...
-
-
-class CandidateParams(Section):
-    """How SWEET-RL's per-turn pairs are made (section 4.3)."""
-
-    candidates: int = Field(16, ge=2)
-    """replies sampled per turn (the paper: 16); more gives the halves more room, at a proportional cost"""
-    pairs_per_turn: int = Field(1, ge=1)
-    """distinct (chosen, rejected) draws per turn (the paper's text: 1; its released script: 4)"""
-    turns: int | None = Field(None, ge=1)
-    """a seeded draw of this many turns of the offline data (None: all; SWEET-RL's script samples a tenth)"""
-    temperature: float = Field(1.0, gt=0)
-    """the policy's sampling temperature (the paper: 1.0); the offline data's, so candidates are its draws"""
-    seed: int = 0
-    """seeds the draw of turns, each part's sampling and each turn's pair draw"""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,50 @@
+"""Stage `actor_pairs` (SWEET-RL, section 4.3): for turns of the offline episodes, `sweet.actor.candidates`
+replies from the agent, scored by the critic `sweet.actor.critic` (which reads the hidden information the agent
+never sees); chosen from the top half, rejected from the bottom half.
+
+    dvc repro sweet/dvc.yaml:actor_pairs   # or: python -m stages.actor_pairs
+Writes data/sweet/pairs.parquet (ids as sampled, every candidate's score) and data/metrics/actor_pairs.json.
+"""
+
+from pathlib import Path
+
+from transformers import AutoModelForCausalLM
+
+from gymflow.agent.chat import ChatFormat
+from gymflow.config import load_params
+from gymflow.models.build import load_tokenizer, resolve
+from gymflow.stage import required, run_stage, write_metrics
+from gymflow.train.critic import critic_episodes, critic_hash, load_critic
+from gymflow.train.offline import CRITICS_DIR, OFFLINE_DIR, PAIRS_PATH
+from gymflow.train.sweet import build_turn_pairs
+
+
+def main() -> None:
+    params = load_params()
+    sweet = required(params.sweet, "sweet")
+    start = resolve(Path("data/models") / sweet.start)
+    policy = AutoModelForCausalLM.from_pretrained(start)
+    fmt = ChatFormat(load_tokenizer(start))
+    critic = load_critic(CRITICS_DIR / sweet.actor.critic)
+    episodes = critic_episodes(OFFLINE_DIR, "data/instructions", fmt)
+    rollout = params.rollout
+    metrics = build_turn_pairs(
+        policy,
+        fmt,
+        critic,
+        episodes,
+        sweet.seeded(sweet.actor),
+        rollout.max_new_tokens,
+        rollout.batch_size,
+        PAIRS_PATH,
+        critic_hash(critic),
+    )
+    write_metrics("actor_pairs", metrics)
+    print(f"actor_pairs: {metrics}")
+
+
+if __name__ == "__main__":
+    run_stage(
+        main,
+        resume_note="finished parts are kept (beside data/sweet/pairs.parquet); run the stage again to resume",
+    )

@@ -1,0 +1,56 @@
+"""Stage `best_of_n` (SWEET-RL Figure 3a): the agent plays held-out tasks; at each turn N candidates are
+sampled and the one a critic ranks highest is executed, for every critic of `sweet.critics` and a random pick.
+
+    dvc repro sweet/dvc.yaml:best_of_n     # or: python -m stages.best_of_n
+Writes data/rollouts/best_of_n/<chooser>.n<N>.{episodes,turns}.parquet (the executed turns with the critic's
+score in `turns.critic_score`), data/plots/best_of_n.csv (success and reward against N per chooser) and
+data/metrics/best_of_n.json.
+"""
+
+from pathlib import Path
+
+from gymflow.config import load_params
+from gymflow.envs.instructions import load_tasks
+from gymflow.eval.best_of_n import CriticChooser, RandomChooser, best_of_n_curve
+from gymflow.rollout.engine import SamplingConfig
+from gymflow.rollout.play import load_policy
+from gymflow.stage import required, run_stage, write_metrics
+from gymflow.store.io import write_csv
+from gymflow.train.critic import critic_hash, load_critic
+from gymflow.train.draws import draw_tasks
+from gymflow.train.offline import CRITICS_DIR
+
+OUT = Path("data/rollouts/best_of_n")
+
+
+def main() -> None:
+    params = load_params()
+    sweet = required(params.sweet, "sweet")
+    bon, rollout = sweet.best_of_n, params.rollout
+    policy = load_policy(sweet.start, Path("data/models") / sweet.start)
+    tasks = draw_tasks(load_tasks("data", sweet.env, "eval"), bon.tasks, sweet.seed, 0)
+    cfg = SamplingConfig(bon.temperature, 1.0, rollout.max_new_tokens, rollout.max_length, rollout.batch_size)
+    curves = {}
+    for name in sweet.critics:
+        critic = load_critic(CRITICS_DIR / name)
+        settings = [name, critic_hash(critic)]  # a retrained critic plays again
+        curves[name] = best_of_n_curve(
+            policy, tasks, bon.ns, name, lambda c=critic: CriticChooser(c), cfg, sweet.seed, OUT, settings
+        )
+    curves["random"] = best_of_n_curve(
+        policy, tasks, bon.ns, "random", lambda: RandomChooser(sweet.seed), cfg, sweet.seed, OUT, "random"
+    )
+    rows = [
+        {"n": n} | {f"{c}_{k}": curves[c][str(n)][k] for c in curves for k in ("success", "reward")}
+        for n in bon.ns
+    ]
+    write_csv(Path("data/plots/best_of_n.csv"), rows, list(rows[0]))
+    write_metrics("best_of_n", curves)
+    for row in rows:
+        print(row)
+
+
+if __name__ == "__main__":
+    run_stage(
+        main, resume_note="finished (chooser, N) tables are kept; run the stage again to play the others"
+    )
