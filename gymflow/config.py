@@ -385,10 +385,14 @@ class MultiTurnDPOParams(DPOParams):
 
 
 class RFTParams(Section):
-    """Rejection fine-tuning: SFT (sft's settings, this lr) on the offline episodes that succeeded."""
+    """Rejection fine-tuning: SFT (sft's settings, this lr) on the offline episodes that succeeded (or reached
+    `min_reward`)."""
 
     epochs: float = Field(1.0, gt=0, description="passes over the kept episodes")
     lr: float = Field(1e-4, gt=0)
+    min_reward: float | None = Field(
+        None, description="keep episodes with reward >= min_reward; null: those that succeeded (the paper)"
+    )
 
 
 class BestOfNParams(Section):

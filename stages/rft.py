@@ -1,5 +1,5 @@
 """Stage `rft` (SWEET-RL's rejection fine-tuning baseline): SFT of the agent (sft's settings, `sweet.rft.lr`) on
-the offline episodes that succeeded, token for token as they were sampled.
+the offline episodes that succeeded (or reached `sweet.rft.min_reward`), token for token as they were sampled.
 
     dvc repro sweet/dvc.yaml:rft           # or: python -m stages.rft
 Writes data/models/rft, data/plots/rft.csv and data/metrics/rft.json.
@@ -25,12 +25,14 @@ def main() -> None:
         raise UserError("params.yaml has no `sft:` section: rejection fine-tuning trains with its settings")
     start = resolve(Path("data/models") / sweet.start)
     episodes = critic_episodes(OFFLINE_DIR, "data/instructions", ChatFormat(load_tokenizer(start)))
-    rows = rft_rows(episodes, sweet.rft.epochs, sweet.seed)
+    rows = rft_rows(episodes, sweet.rft.epochs, sweet.seed, sweet.rft.min_reward)
     cfg = params.sft.model_copy(update={"lr": sweet.rft.lr, "seed": sweet.seed})
     metrics = train_sft(str(start), Path("data/models/rft"), rows, cfg, Path("data/plots/rft.csv"))
-    kept = sum(e.success for e in episodes)
+    kept = sum(
+        e.success if sweet.rft.min_reward is None else e.reward >= sweet.rft.min_reward for e in episodes
+    )
     write_metrics("rft", {"episodes_kept": kept, **metrics})
-    print(f"rft: {kept} successful episodes of {len(episodes)}, {len(rows)} rows: {metrics}")
+    print(f"rft: {kept} kept episodes of {len(episodes)}, {len(rows)} rows: {metrics}")
 
 
 if __name__ == "__main__":

@@ -114,7 +114,9 @@ def test_the_random_pick_is_seeded(policy, fmt):
         chooser = Recording(RandomChooser(seed))
         best_of_n(policy, fmt, _jobs(), SAMPLING, 4, chooser, torch.Generator().manual_seed(0), horizon=2)
         picks = [p for call in chooser.calls for _, _, p in call]
-        assert all(score is None for _, score in picks)  # no critic: the turns table's critic_score stays null
+        assert all(
+            score is None for _, score in picks
+        )  # no critic: the turns table's critic_score stays null
         return [i for i, _ in picks]
 
     first = play(0)

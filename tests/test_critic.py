@@ -152,7 +152,10 @@ def test_eq3_on_a_two_turn_episode_equals_an_independent_forward_pass(policy, fm
     whole = CriticEpisode("e", "colbench", TASKS[0].task_id, 1.0, True, hidden, ids, turns, [2, 4])
     assert critic.score_episodes([whole])[0] == pytest.approx(expected, abs=1e-5)
     rows = turn_scores(critic, "hidden", [whole])
-    assert [(r["critic"], r["episode_id"], r["turn"]) for r in rows] == [("hidden", "e", 2), ("hidden", "e", 4)]
+    assert [(r["critic"], r["episode_id"], r["turn"]) for r in rows] == [
+        ("hidden", "e", 2),
+        ("hidden", "e", 4),
+    ]
     assert [r["critic_score"] for r in rows] == pytest.approx(expected, abs=1e-5)
     assert [r["advantage"] for r in rows] == [r["critic_score"] for r in rows]  # Eq. 3: the score is it
 

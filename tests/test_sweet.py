@@ -137,6 +137,10 @@ def test_rft_keeps_only_the_successes_token_for_token():
     assert len(rft_rows(eps, epochs=2, seed=0)) == 4
     with pytest.raises(UserError, match="no successful episode"):
         rft_rows(eps[1:2], 1, 0)
+    # a threshold instead: every episode with at least that reward, succeeded or not
+    assert [r["input_ids"] for r in rft_rows(eps, 1, 0, min_reward=0.9)] == [e.ids for e in eps]
+    with pytest.raises(UserError, match="no episode with reward >= 0.95"):
+        rft_rows(eps[1:2], 1, 0, min_reward=0.95)
 
 
 # ---- per-turn pairs from stored episodes ----------------------------------------------------------------

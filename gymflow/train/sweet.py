@@ -147,19 +147,23 @@ def episode_pair(chosen: CriticEpisode, rejected: CriticEpisode) -> Pair:
     )
 
 
-def rft_rows(episodes: Sequence[CriticEpisode], epochs: float, seed: int) -> list[Row]:
-    """Rejection fine-tuning's SFT rows (`gymflow.train.sft.train_sft` takes them): the successful episodes,
-    ids as sampled, loss on the replies; `epochs` passes (a fraction being a seeded draw: `learning_set`)."""
+def rft_rows(
+    episodes: Sequence[CriticEpisode], epochs: float, seed: int, min_reward: float | None = None
+) -> list[Row]:
+    """Rejection fine-tuning's SFT rows (`gymflow.train.sft.train_sft` takes them): the successful episodes (or
+    those with reward >= `min_reward`), ids as sampled, loss on the replies; `epochs` passes (a fraction being a
+    seeded draw: `learning_set`)."""
     kept: dict[str, list[Row]] = {}
     for e in episodes:
-        if e.success:
+        if e.success if min_reward is None else e.reward >= min_reward:
             kept.setdefault(e.env, []).append(
                 {"input_ids": list(e.ids), "assistant_masks": [min(t, 1) for t in e.turns]}
             )
     if not kept:
+        which = "successful episode" if min_reward is None else f"episode with reward >= {min_reward}"
         raise UserError(
-            "no successful episode in the offline data: rejection fine-tuning has nothing to train on "
-            "(collect more samples per task)"
+            f"no {which} in the offline data: rejection fine-tuning has nothing to train on "
+            "(collect more samples per task, or set sweet.rft.min_reward)"
         )
     return learning_set(kept, {}, {}, epochs, seed)
 
