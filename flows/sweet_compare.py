@@ -28,6 +28,7 @@ from gymflow.config import load_params
 
 SEEDS = (0, 1)
 PIPELINE = "sweet/dvc.yaml"
+HEAD = "sweet-s0"  # params.yaml as committed (sweet.seed 0), its sweet/dvc.lock the run of that seed
 METHODS = {"sweet": "SWEET-RL", "rft": "Rejection fine-tuning", "mtdpo": "Multi-turn DPO"}
 
 
@@ -70,7 +71,7 @@ def figure3a(runs: dict[str, dict[str, dict]], key: str) -> str:
 
 
 def tables(repo: str, env: str) -> str:
-    runs = finished(repo, "sweet-head", prefix="data/metrics/")
+    runs = finished(repo, HEAD, prefix="data/metrics/")
     return "\n\n".join(
         t for t in (table2(runs, env), figure3a(runs, "success"), figure3a(runs, "reward")) if t
     )
@@ -82,7 +83,7 @@ def compare(repo: str = ".", run: bool = True) -> str:
     if params.sweet is None:
         raise SystemExit("error: params.yaml has no `sweet:` section to compare SWEET-RL with its baselines")
     if run:
-        done = finished(repo, "sweet-head", prefix="data/metrics/")  # a rerun resumes
+        done = finished(repo, HEAD, prefix="data/metrics/")  # a rerun resumes
         for seed in SEEDS:
             if name(seed) not in done:
                 experiment.with_options(name=name(seed))(
