@@ -62,7 +62,8 @@ def figure3a(runs: dict[str, dict[str, dict]], key: str) -> str:
     curves = [runs[name(s)]["best_of_n"] for s in SEEDS if "best_of_n" in runs.get(name(s), {})]
     if not curves:
         return ""
-    choosers, ns = list(curves[0]), list(curves[0][next(iter(curves[0]))])
+    choosers = list(curves[0])
+    ns = sorted(curves[0][choosers[0]], key=int)  # JSON keys: "1", "16", "2", ... in N's order
     lines = ["| chooser | " + " | ".join(f"N={n}" for n in ns) + " |", "|---" * (len(ns) + 1) + "|"]
     for chooser in choosers:
         means = [statistics.mean(c[chooser][n][key] for c in curves) for n in ns]

@@ -292,6 +292,9 @@ class CriticConfig(Section):
     paper's "w/o training-time information" row"""
     kind: Literal["advantage", "value"] = "advantage"
     """advantage: Eq. 3 trained by Bradley-Terry (Eq. 2); value: a head predicting success, trained by BCE"""
+    value_target: Literal["success", "reward"] = "success"
+    """what the value head predicts (kind value): success (the paper) or the reward in [0, 1] as a soft label,
+    for data where nothing succeeds (colbench's fraction of tests passed)"""
     beta: float = Field(0.1, gt=0)
     """Eq. 2's beta (the paper: 0.1); larger makes the loss saturate at smaller advantage gaps"""
     lr: float = Field(1e-5, ge=0)

@@ -336,6 +336,20 @@ def test_value_critic_scores_the_state_after_the_reply_and_moves_toward_success(
         assert rows[-1]["loss"] < rows[0]["loss"]
 
 
+def test_a_reward_target_value_head_learns_from_episodes_that_all_failed(policy, fmt, tmp_path):
+    """Nothing succeeded, so a success target only pushes every logit down; the reward as a soft label
+    (value_target="reward") pulls every logit toward logit(0.9) = 2.2, up from where a fresh head starts (near 0)."""
+    high = dataclasses.replace(_critic_episode(_episodes(fmt)[0], fmt), reward=0.9, success=False)
+    moved = {}
+    for target in ("success", "reward"):
+        config = CriticConfig(kind="value", value_target=target, lr=0.0, head_lr=1e-2, epochs=20, batch=1)
+        critic = TurnCritic.initial(policy, fmt, config)
+        before = critic.score_episodes([high])[0]
+        fit(critic, [high], tmp_path / f"{target}.pt")
+        moved[target] = [a - b for a, b in zip(critic.score_episodes([high])[0], before, strict=True)]
+    assert all(m < 0 for m in moved["success"]) and all(m > 0 for m in moved["reward"])
+
+
 # ---- stored episodes, saving, resuming ------------------------------------------------------------------------
 
 

@@ -11,10 +11,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINES = (
-    "dvc.yaml",
-    "sweet/dvc.yaml",
-)  # the default pipeline and SWEET-RL's (its stages run from the root)
+PIPELINES = ("dvc.yaml", "sweet/dvc.yaml")  # the default pipeline and SWEET-RL's (run from the root)
 STAGES = {  # foreach: its template
     name: stage.get("do", stage)
     for pipeline in PIPELINES

@@ -14,27 +14,14 @@ import pytest
 import yaml
 from dvc.dependency.param import ParamsDependency
 from dvc.repo import Repo
+from test_dvc_deps import PIPELINES, STAGES
 
 from gymflow.config import Params
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINES = (
-    "dvc.yaml",
-    "sweet/dvc.yaml",
-)  # the default pipeline and SWEET-RL's (its stages run from the root)
-TEMPLATES = {  # foreach: its template
-    name: stage.get("do", stage)
-    for pipeline in PIPELINES
-    for name, stage in yaml.safe_load((ROOT / pipeline).read_text())["stages"].items()
-}
-PLAYING = [
-    "evaluate",
-    "evaluate_evol",
-    "explore",
-    "rl",
-    "offline",
-    "evaluate_sweet",
-]  # stages that play episodes
+TEMPLATES = STAGES  # both pipelines' stages, a foreach stage as its template
+# the stages that play episodes
+PLAYING = ["evaluate", "evaluate_evol", "explore", "rl", "offline", "evaluate_sweet"]
 # A section a stage's script reads that reaches it through a data dependency, whose stage lists it: the
 # trajectories' resume hash covers `instructions`, which are data/instructions (stage `instructions`).
 READ_THROUGH_DATA = {"trajectories": {"instructions"}}

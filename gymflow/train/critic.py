@@ -15,7 +15,8 @@ never sees.
   chosen episodes' reply NLL (0 by default; the paper's Table 5 lists 0.01).
 - Variants, as switches of one `CriticConfig`: `hidden=False` drops the block (the paper's "w/o training-time
   information"); `kind="value"` puts an MLP head on the last hidden state after each reply, trained with binary
-  cross-entropy to predict the episode's success at every turn (the paper's "value function" row).
+  cross-entropy to predict the episode's success at every turn (the paper's "value function" row); with
+  `value_target="reward"` the reward in [0, 1] is its soft label, for data in which nothing succeeds.
 
     episodes = critic_episodes("data/rollouts/collect", "data/instructions", fmt)
     train_critic("data/models/sft", episodes, CriticConfig(), Path("data/models/critic"))
@@ -549,12 +550,15 @@ def _value_step(
     ref: None,
     batch: Sequence[int],
 ) -> dict[str, float]:
-    """Accumulate the BCE gradient of every turn's success logit over the episodes `batch`."""
+    """Accumulate the BCE gradient of every turn's logit over the episodes `batch`: against the episode's
+    success, or its reward as a soft label (`value_target`)."""
     values, _ = critic.turn_values([seqs[i] for i in batch])
     logits = torch.cat(values)
-    success = torch.cat(
-        [torch.full((len(v),), float(episodes[i].success)) for i, v in zip(batch, values, strict=True)]
-    )
+    target = [
+        float(episodes[i].success if critic.config.value_target == "success" else episodes[i].reward)
+        for i in batch
+    ]
+    success = torch.cat([torch.full((len(v),), t) for t, v in zip(target, values, strict=True)])
     loss = value_loss(logits, success)
     loss.backward()
     return {
