@@ -28,7 +28,7 @@ from gymflow.config import load_params
 
 SEEDS = (0, 1)
 PIPELINE = "sweet/dvc.yaml"
-HEAD = "sweet-s0"  # params.yaml as committed (sweet.seed 0), its sweet/dvc.lock the run of that seed
+HEAD = "sweet-head"  # the checked-out commit; its sweet/dvc.lock may hold a partial run, so no seed takes it
 METHODS = {"sweet": "SWEET-RL", "rft": "Rejection fine-tuning", "mtdpo": "Multi-turn DPO"}
 
 
