@@ -59,6 +59,7 @@ from gymflow.rollout.engine import episode_turns
 from gymflow.rollout.records import Message, config_hash
 from gymflow.store.db import connect
 from gymflow.store.io import atomic_dir
+from gymflow.train.batching import length_chunks
 from gymflow.train.draws import iteration_seed
 from gymflow.train.pg import ValueHead
 from gymflow.train.state import load_state, save_state
@@ -206,18 +207,6 @@ def _forward_shared(
     return list(logp.split([len(r) for r in replies]))
 
 
-def _chunks(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Indices cut into forward passes of at most `max_tokens` padded ids, similar lengths together."""
-    chunks: list[list[int]] = []
-    chunk: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if chunk and (len(chunk) + 1) * lengths[i] > max_tokens:
-            chunks.append(chunk)
-            chunk = []
-        chunk.append(i)
-    return chunks + [chunk] if chunk else chunks
-
-
 class TurnCritic:
     """A critic: pi_theta (trained), pi_ref (frozen; advantage) or a value head (value), and how it reads
     hidden information. `score` is what Best-of-N and the actor call."""
@@ -274,7 +263,7 @@ class TurnCritic:
         """pi_ref's log-probability of every reply id of each row (frozen: computed once per episode)."""
         out: list[torch.Tensor | None] = [None] * len(rows)
         with torch.no_grad():
-            for chunk in _chunks([len(r[0]) for r in rows], self.config.max_tokens):
+            for chunk in length_chunks(range(len(rows)), lambda i: len(rows[i][0]), self.config.max_tokens):
                 for i, lp in zip(
                     chunk, _forward(self.reference, [rows[i] for i in chunk], self.pad_id), strict=True
                 ):
@@ -291,7 +280,7 @@ class TurnCritic:
         logps: list[torch.Tensor | None] = [None] * len(rows)
         if self.config.kind == "advantage" and ref_logp is None:
             ref_logp = self.reference_logp(rows)
-        for chunk in _chunks([len(r[0]) for r in rows], self.config.max_tokens):
+        for chunk in length_chunks(range(len(rows)), lambda i: len(rows[i][0]), self.config.max_tokens):
             part = [rows[i] for i in chunk]
             if self.config.kind == "value":
                 for i, h in zip(chunk, _forward(self.model, part, self.pad_id, states=True), strict=True):

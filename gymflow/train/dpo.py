@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from gymflow.models.build import load_tokenizer, lora_config
 from gymflow.models.files import checkpoint_dir, save_model, weights_hash
 from gymflow.rollout.records import config_hash
 from gymflow.store.io import write_csv
+from gymflow.train.batching import length_chunks
 from gymflow.train.draws import iteration_seed
 from gymflow.train.state import load_state, save_state
 
@@ -156,21 +157,12 @@ def pair_logps(
     return chosen, rejected, counted[: len(pairs)].sum(-1)
 
 
-def chunks(pairs: Sequence[Pair], order: Sequence[int], max_tokens: int) -> Iterator[list[int]]:
+def pair_chunks(pairs: Sequence[Pair], order: Sequence[int], max_tokens: int) -> list[list[int]]:
     """`order` cut into forward passes of at most `max_tokens` padded ids, both sides of a pair in the same
-    pass (its loss needs both), similar lengths together."""
-
-    def longest(i: int) -> int:
-        return max(len(pairs[i].chosen_ids), len(pairs[i].rejected_ids))
-
-    chunk: list[int] = []
-    for i in sorted(order, key=longest):
-        if chunk and 2 * (len(chunk) + 1) * longest(i) > max_tokens:
-            yield chunk
-            chunk = []
-        chunk.append(i)
-    if chunk:
-        yield chunk
+    pass (its loss needs both): a pair counts as two rows of its longer side."""
+    return length_chunks(
+        order, lambda i: 2 * max(len(pairs[i].chosen_ids), len(pairs[i].rejected_ids)), max_tokens
+    )
 
 
 @torch.no_grad()
@@ -180,7 +172,7 @@ def reference_logps(
     """pi_ref's log-probability of every pair's chosen and rejected sequence [P], P = len(pairs)."""
     model.eval()
     chosen, rejected = torch.zeros(len(pairs)), torch.zeros(len(pairs))
-    parts = list(chunks(pairs, range(len(pairs)), max_tokens))
+    parts = pair_chunks(pairs, range(len(pairs)), max_tokens)
     for part in tqdm(parts, desc="reference log-probs", unit="pass", dynamic_ncols=True):
         c, r, _ = pair_logps(model, [pairs[i] for i in part], pad_id)
         chosen[part], rejected[part] = c, r
@@ -288,7 +280,7 @@ def update(
     optimizer.zero_grad()
     sums = dict.fromkeys(("loss", "dpo_loss", "nll", "reward_margin", "accuracy", "chosen_reward"), 0.0)
     sums |= {"rejected_reward": 0.0, "tokens": 0.0}
-    for part in chunks(pairs, batch, cfg.max_tokens):
+    for part in pair_chunks(pairs, batch, cfg.max_tokens):
         chosen, rejected, counted = pair_logps(model, [pairs[i] for i in part], pad_id)
         dpo = dpo_loss(chosen, rejected, ref_chosen[part], ref_rejected[part], cfg.beta)
         nll = nll_loss(chosen, counted)

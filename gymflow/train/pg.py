@@ -27,6 +27,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from gymflow.train.advantages import EPISODE_ADVANTAGES, gae
+from gymflow.train.batching import length_chunks
 from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
 from gymflow.train.presets import PGSwitches
 
@@ -163,17 +164,6 @@ class PolicyGradient:
             mask,
         )
 
-    def _chunks(self, order: Sequence[int], episodes: Sequence[TokenEpisode]) -> Iterator[list[int]]:
-        """`order` cut into forward passes of at most `max_tokens` padded ids, similar lengths together."""
-        chunk: list[int] = []
-        for i in sorted(order, key=lambda i: len(episodes[i].ids)):
-            if chunk and (len(chunk) + 1) * len(episodes[i].ids) > self.config.max_tokens:
-                yield chunk
-                chunk = []
-            chunk.append(i)
-        if chunk:
-            yield chunk
-
     @torch.no_grad()
     def _score(self, episodes: Sequence[TokenEpisode]) -> tuple[list, list | None, list | None, list]:
         """Old log-probabilities (and reference ones, and hidden states for values) of every episode, and
@@ -181,7 +171,9 @@ class PolicyGradient:
         old, ref, hid = [None] * len(episodes), [None] * len(episodes), [None] * len(episodes)
         untempered = [None] * len(episodes)
         self.model.eval()
-        for chunk in self._chunks(range(len(episodes)), episodes):
+        for chunk in length_chunks(
+            range(len(episodes)), lambda i: len(episodes[i].ids), self.config.max_tokens
+        ):
             rows = [episodes[i] for i in chunk]
             logp, _, h, _ = self._forward(self.model, rows, hidden=self.value is not None)
             raw = logp
@@ -289,7 +281,7 @@ class PolicyGradient:
         sums = dict.fromkeys(
             ("kl", "entropy", "reply_tokens", "clipped", "units", "tokens", "kl_ref", "value_loss"), 0.0
         )
-        for chunk in self._chunks(part, batch.episodes):
+        for chunk in length_chunks(part, lambda i: len(batch.episodes[i].ids), self.config.max_tokens):
             rows = [batch.episodes[i] for i in chunk]
             logp, entropy, h, mask = self._forward(self.model, rows, hidden=self.value is not None)
             old = _pad([batch.old_logp[i] for i in chunk], logp.shape[1])
