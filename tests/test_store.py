@@ -64,6 +64,32 @@ def test_views_join_episodes_and_turns(tmp_path):
     assert db.execute("select count(*) from tasks").fetchone() == (0,)  # empty view, right columns
 
 
+def test_critic_scores_join_the_turns_they_score_and_a_chosen_reply_keeps_its_score(tmp_path):
+    """Offline turns scored by two critics: one row per critic and turn, joined on (episode_id, turn); an
+    episode whose reply a critic chose stores that score on the turn itself."""
+    chosen = make_episode(1, 1.0)
+    chosen.messages[2].critic_score = 0.25
+    rows = [episode_rows(make_episode(0, 0.0), INFO), episode_rows(chosen, INFO)]
+    write_rows(table_path(tmp_path, "maze", "episodes"), "episodes", [e for e, _ in rows])
+    write_rows(table_path(tmp_path, "maze", "turns"), "turns", [t for _, ts in rows for t in ts])
+    offline = rows[0][0]["episode_id"]
+    scores = [
+        {"critic": c, "episode_id": offline, "turn": 2, "critic_score": v, "advantage": v}
+        for c, v in (("hidden", -1.5), ("nohidden", 0.5))
+    ]
+    write_rows(tmp_path / "critics" / "x.critic_scores.parquet", "critic_scores", scores)
+    db = connect(tmp_path)
+    joined = db.execute(
+        "select s.critic, t.action, s.critic_score from turns t join critic_scores s using (episode_id, turn) "
+        "order by s.critic_score"
+    ).fetchall()
+    assert joined == [("hidden", "move down", -1.5), ("nohidden", "move down", 0.5)]
+    stored = db.execute(
+        "select episode_id, critic_score from turns where role = 'assistant' order by 1"
+    ).fetchall()
+    assert stored == [(offline, None), (rows[1][0]["episode_id"], 0.25)]
+
+
 def test_wrong_schema_version_is_refused(tmp_path):
     path = table_path(tmp_path, "x", "episodes")
     write_rows(path, "episodes", [])
