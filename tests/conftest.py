@@ -1,4 +1,6 @@
-"""Fixtures shared by the SWEET-RL tests (critic, Best-of-N, actor pairs, DPO)."""
+"""Fixtures shared by the SWEET-RL tests (critic, Best-of-N, actor pairs, DPO), and Ctrl-C as a user sends it."""
+
+import signal
 
 import pytest
 import torch
@@ -10,6 +12,12 @@ from gymflow.envs.colbench import ColBench
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout.expert import run_expert
+
+# A shell starts a background job of a script with SIGINT ignored, and processes started from it inherit that:
+# then the stages and `gymflow sql` the Ctrl-C tests interrupt would never see the signal. Ctrl-C as a terminal
+# sends it is what those tests check, so the suite restores Python's own handler before it starts any process.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TINY = ModelConfig(hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=2048)
 
