@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,14 +25,14 @@ from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.envs import ENVS, make_env
+from gymflow.envs import ENVS
 from gymflow.envs.base import Env, Task
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
 from gymflow.rollout.agenttraj import is_current, write_episodes
 
 # The engine's episode bookkeeping (reset, record a reply, step, extend the ids), reused so that an episode
 # played here is built exactly as one the engine plays.
-from gymflow.rollout.engine import SamplingConfig, _advance, _Running
+from gymflow.rollout.engine import SamplingConfig, _advance, start_batch
 from gymflow.rollout.play import Policy
 from gymflow.rollout.records import Episode, RunInfo, config_hash
 from gymflow.store.io import read_rows, table_path
@@ -117,15 +116,7 @@ def best_of_n(
 
 
 def _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool) -> list[Episode]:
-    running: list[_Running] = []
-    taken: Counter[str] = Counter()
-    for task, sample_index in batch:
-        envs = pool.setdefault(task.env, [])
-        if taken[task.env] == len(envs):
-            envs.append(make_env(task.env))
-        env = envs[taken[task.env]]
-        taken[task.env] += 1
-        running.append(_Running(env, task, sample_index, horizon or env.spec.max_turns, fmt))
+    running = start_batch(batch, fmt, horizon, pool)
     results: list[Episode | None] = [None] * len(running)
     live = list(range(len(running)))
     while live:

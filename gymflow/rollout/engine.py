@@ -117,10 +117,11 @@ def rollout(
     return episodes
 
 
-def _play_batch(
-    model, fmt, batch, cfg, horizon, generator, pool, earlier=(), stop=None
-) -> tuple[list[Episode], int]:
-    """Play one batch to the end, or until `stop(earlier + finished)` holds (the rest are cancelled)."""
+def start_batch(
+    batch: Sequence[tuple[Task, int]], fmt: ChatFormat, horizon: int | None, pool: dict[str, list[Env]]
+) -> list[_Running]:
+    """Reset one environment per (task, sample) of `batch`, reusing `pool`'s (one per concurrent episode of an
+    environment, created on first need); turn limit `horizon` or each environment's own."""
     running: list[_Running] = []
     taken: Counter[str] = Counter()
     for task, sample in batch:
@@ -130,6 +131,14 @@ def _play_batch(
         env = envs[taken[task.env]]
         taken[task.env] += 1
         running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
+    return running
+
+
+def _play_batch(
+    model, fmt, batch, cfg, horizon, generator, pool, earlier=(), stop=None
+) -> tuple[list[Episode], int]:
+    """Play one batch to the end, or until `stop(earlier + finished)` holds (the rest are cancelled)."""
+    running = start_batch(batch, fmt, horizon, pool)
     decoder = None
     if isinstance(model, PreTrainedModel):
         decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
