@@ -211,11 +211,28 @@ def _harness() -> str:
     return HARNESS.read_text()
 
 
-def _spawn(
-    requests: list[dict[str, Any]], limits: Limits, want: tuple[str, ...]
-) -> tuple[list[dict[str, Any]], str, str, tuple[str, ...]]:
-    """Run one sandbox process over `requests`; return its answers (fewer if it died), its output, why it died
-    (meaningful only if answers are missing) and the layers that held."""
+@dataclass
+class Child:
+    """A started sandbox process (gymflow.sandbox.session drives one for a whole episode)."""
+
+    proc: subprocess.Popen
+    in_w: int  # requests to the child
+    out_r: int  # its frames back
+    scratch: Path  # its private directory and chroot, removed by `close`
+    setup: dict[str, Any]
+
+    def close(self) -> None:
+        for fd in (self.in_w, self.out_r):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.in_w = self.out_r = -1
+        _kill(self.proc)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def launch(limits: Limits, want: tuple[str, ...] = LAYERS, mode: str = "requests") -> Child:
+    """Start the harness (child.py) in `mode`; the caller sends its payload (`setup` and the requests)."""
     scratch = Path(tempfile.mkdtemp(prefix="gymflow-sandbox-"))
     home, root = scratch / "home", scratch / "root"
     home.mkdir()
@@ -223,10 +240,9 @@ def _spawn(
     scratch.chmod(0o711)  # a dropped uid without chroot must reach home/ through it
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
-    proc = None
     try:
         proc = subprocess.Popen(
-            [_python(), "-I", "-S", "-B", "-u", "-X", "utf8", "-c", _harness(), str(in_r), str(out_w)],
+            [_python(), "-I", "-S", "-B", "-u", "-X", "utf8", "-c", _harness(), str(in_r), str(out_w), mode],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -236,37 +252,53 @@ def _spawn(
             pass_fds=(in_r, out_w),
             start_new_session=True,
         )
-        os.close(in_r)
-        os.close(out_w)
-        in_r = out_w = -1
+    except BaseException:
+        for fd in (in_r, in_w, out_r, out_w):
+            os.close(fd)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    os.close(in_r)
+    os.close(out_w)
+    child = Child(proc, in_w, out_r, scratch, {})
+    try:
         uid = UID_BASE + proc.pid if os.geteuid() == 0 else None
         if uid is not None:
             os.chown(home, uid, uid)
             home.chmod(0o700)
-        setup = {
-            "uid": uid,
-            "root": str(root),
-            "tmp_mb": max(8, 4 * limits.file_mb),
-            "parent": os.getpid(),
-            "layers": want,
-            "seconds": limits.case_seconds,
-            "limits": {
-                "cpu": math.ceil(limits.cpu_seconds),
-                "memory": limits.memory_mb << 20,
-                "file": limits.file_mb << 20,
-                "processes": limits.processes,
-            },
-        }
-        payload = pickle.dumps({"setup": setup, "requests": requests})
-        frames, output, killed = _talk(proc, payload, in_w, out_r, limits, 1 + len(requests))
-        in_w = -1  # _talk closed it
+    except BaseException:
+        child.close()
+        raise
+    child.setup = {
+        "uid": uid,
+        "root": str(root),
+        "tmp_mb": max(8, 4 * limits.file_mb),
+        "parent": os.getpid(),
+        "layers": want,
+        "seconds": limits.case_seconds,
+        "output": limits.output_kb * 1024,
+        "limits": {
+            "cpu": math.ceil(limits.cpu_seconds),
+            "memory": limits.memory_mb << 20,
+            "file": limits.file_mb << 20,
+            "processes": limits.processes,
+        },
+    }
+    return child
+
+
+def _spawn(
+    requests: list[dict[str, Any]], limits: Limits, want: tuple[str, ...]
+) -> tuple[list[dict[str, Any]], str, str, tuple[str, ...]]:
+    """Run one sandbox process over `requests`; return its answers (fewer if it died), its output, why it died
+    (meaningful only if answers are missing) and the layers that held."""
+    child = launch(limits, want)
+    proc = child.proc
+    try:
+        payload = pickle.dumps({"setup": child.setup, "requests": requests})
+        in_w, child.in_w = child.in_w, -1  # _talk closes it
+        frames, output, killed = _talk(proc, payload, in_w, child.out_r, limits, 1 + len(requests))
     finally:
-        for fd in (in_r, in_w, out_r, out_w):
-            if fd >= 0:
-                os.close(fd)
-        if proc is not None:
-            _kill(proc)
-        shutil.rmtree(scratch, ignore_errors=True)
+        child.close()
     walls: tuple[str, ...] = ()
     if frames and isinstance(frames[0].get("layers"), list):  # written before any candidate code runs
         walls = tuple(str(name) for name in frames[0]["layers"])

@@ -416,10 +416,7 @@ def serve(requests: list[dict[str, Any]], out_fd: int, seconds: float) -> None:
 
 
 def write_frame(fd: int, obj: dict[str, Any]) -> None:
-    data = json.dumps(obj).encode()
-    data = len(data).to_bytes(4, "big") + data
-    while data:
-        data = data[os.write(fd, data) :]
+    write_frame_bytes(fd, json.dumps(obj).encode())
 
 
 def read_all(fd: int) -> bytes:
@@ -430,18 +427,187 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def main(in_fd: int, out_fd: int) -> None:
-    payload = pickle.loads(read_all(in_fd))  # from the parent, which the child trusts; never the other way
+def read_exact(fd: int, size: int) -> bytes | None:
+    """`size` bytes from `fd`, or None if it closes first."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def read_frame(fd: int) -> Any:
+    """One length-prefixed JSON frame from the parent; None when the pipe closes."""
+    head = read_exact(fd, 4)
+    body = read_exact(fd, int.from_bytes(head, "big")) if head is not None else None
+    return json.loads(body) if body is not None else None
+
+
+# ------------------------------------------------------------------------------------------------ session
+
+
+class _Capture:
+    """sys.stdout and sys.stderr during a cell: keeps the first `cap` characters, counts the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.parts, self.kept, self.dropped = cap, [], 0, 0
+
+    def write(self, text: str) -> int:
+        text = str(text)
+        room = self.cap - self.kept
+        self.parts.append(text[:room])
+        self.kept += min(len(text), max(room, 0))
+        self.dropped += max(len(text) - max(room, 0), 0)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def text(self) -> str:
+        out = "".join(self.parts)
+        return out + (f"\n[{self.dropped} more characters not shown]" if self.dropped else "")
+
+
+class _Link:
+    """The one door from the cell to the world: each API call is a JSON frame out and a reply frame in, matched
+    by a sequence number, so a reply that a timed-out call left in the pipe is never taken for a later one."""
+
+    def __init__(self, in_fd: int, out_fd: int) -> None:
+        self.in_fd, self.out_fd, self.seq = in_fd, out_fd, 0
+
+    def call(self, app: str, api: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self.seq += 1
+        try:
+            frame = json.dumps({"call": [app, api, list(args), kwargs], "id": self.seq}, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            raise TypeError(
+                f"apis.{app}.{api}: arguments must be plain data (str, int, float, bool, None, and lists and "
+                "dicts of them)"
+            ) from None
+        write_frame_bytes(self.out_fd, frame.encode())
+        while True:
+            reply = read_frame(self.in_fd)
+            if reply is None:
+                os._exit(0)  # the parent is gone
+            if reply.get("id") == self.seq:
+                break
+        if "error" in reply:
+            raise Exception(reply["error"])  # AppWorld's APIs raise plain Exception  # noqa: TRY002
+        return reply.get("value")
+
+
+class _App:
+    """`apis.<app>`: any attribute is an API of that app; whether it exists is the world's to say."""
+
+    def __init__(self, link: _Link, name: str) -> None:
+        object.__setattr__(self, "_link", link)
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, api: str) -> Any:
+        if api.startswith("__"):
+            raise AttributeError(api)
+        link, app = self._link, self._name
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return link.call(app, api, args, kwargs)
+
+        call.__name__ = call.__qualname__ = f"{app}.{api}"
+        return call
+
+    def __repr__(self) -> str:
+        return f"<app {self._name}>"
+
+
+class _Apis:
+    def __init__(self, link: _Link) -> None:
+        object.__setattr__(self, "_link", link)
+
+    def __getattr__(self, app: str) -> _App:
+        if app.startswith("__"):
+            raise AttributeError(app)
+        return _App(self._link, app)
+
+    def __repr__(self) -> str:
+        return "<apis: apis.<app>.<api>(...); list the apps with apis.api_docs.show_app_descriptions()>"
+
+
+def failure(exc: BaseException, source: str) -> str:
+    """An error as AppWorld's REPL reports it: "Execution failed. Traceback:", the cell's own frames, the error."""
+    import traceback
+
+    lines = source.splitlines()
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<cell>"]
+    if isinstance(exc, SyntaxError) and exc.filename == "<cell>":
+        frames = [traceback.FrameSummary("<cell>", exc.lineno or 0, "<module>")]
+    shown = []
+    for f in frames[-3:]:
+        code = lines[f.lineno - 1].strip() if f.lineno and 0 < f.lineno <= len(lines) else ""
+        shown.append(f"  line {f.lineno}, in {f.name}" + (f"\n    {code}" if code else ""))
+    last = "TimeoutError: the cell ran out of time" if isinstance(exc, CaseTimeout) else error_line(exc)
+    return "\n".join(["Execution failed. Traceback:", *shown, last])
+
+
+def run_cell(source: str, namespace: dict[str, Any], timer: _Timer, cap: int) -> dict[str, Any]:
+    """Exec one cell under the timer with its prints captured; {"output", "error"} (error None if it ran)."""
+    capture = _Capture(cap)
+    saved = sys.stdout, sys.stderr
+    error = None
+    try:
+        try:
+            timer.arm()
+            sys.stdout = sys.stderr = capture
+            exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102 -- running it is the point
+        except BaseException as exc:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt included
+            error = failure(exc, source)
+        finally:
+            timer.disarm()
+            sys.stdout, sys.stderr = saved
+    except CaseTimeout:  # fired while the error was being named
+        error = "Execution failed. Traceback:\nTimeoutError: the cell ran out of time"
+    return {"output": capture.text(), "error": error}
+
+
+def session(in_fd: int, out_fd: int, seconds: float, cap: int) -> None:
+    """A persistent interpreter: run each {"cell": source} in one namespace, answering {"done": ...} each."""
+    link = _Link(in_fd, out_fd)
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__, "apis": _Apis(link)}
+    timer = _Timer(seconds)
+    while (request := read_frame(in_fd)) is not None:
+        if isinstance(request, dict) and isinstance(request.get("cell"), str):  # else a stale call reply
+            write_frame(out_fd, {"done": run_cell(request["cell"], namespace, timer, cap)})
+
+
+def write_frame_bytes(fd: int, data: bytes) -> None:
+    data = len(data).to_bytes(4, "big") + data
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def main(in_fd: int, out_fd: int, mode: str = "requests") -> None:
+    """`requests`: the parent writes one pickled payload and closes the pipe. `session`: a length-prefixed
+    pickled setup, then JSON frames (cells, API replies) for as long as the episode lasts."""
+    if mode == "session":
+        head = read_exact(in_fd, 4) or b"\0\0\0\0"
+        payload = pickle.loads(read_exact(in_fd, int.from_bytes(head, "big")) or b"")
+    else:
+        payload = pickle.loads(
+            read_all(in_fd)
+        )  # from the parent, which the child trusts; never the other way
     setup = payload["setup"]
     layers, home = put_up_walls(setup)
     if "audit" in setup["layers"]:
         install_audit_hook(home)
         layers.append("audit")
     write_frame(out_fd, {"layers": layers})
-    serve(payload["requests"], out_fd, setup["seconds"])
+    if mode == "session":
+        session(in_fd, out_fd, setup["seconds"], setup["output"])
+    else:
+        serve(payload["requests"], out_fd, setup["seconds"])
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or finalizers of candidate objects run after the answers
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4])

@@ -1,0 +1,162 @@
+"""The persistent interpreter (gymflow/sandbox/session.py): state lives as long as the session, API calls cross
+as plain data to the handler only, and every escape a cell tries ends as a failed cell, never a hung or damaged
+parent. Escapes run in the modes of tests/test_sandbox.py ("all", "kernel", "hook")."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gymflow import sandbox
+from gymflow.sandbox import Limits
+from gymflow.sandbox.session import MAX_CALLS, CallRefused, Session
+from tests.test_sandbox import MODES, REPO, spawned  # noqa: F401 (spawned: every process reaped, autouse)
+
+FAST = Limits(cpu_seconds=4, wall_seconds=3, memory_mb=128, case_seconds=0.5, output_kb=4)
+
+
+class Recorder:
+    """A handler that records its calls and refuses api "fail"."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, list, dict]] = []
+
+    def __call__(self, app: str, api: str, args: list, kwargs: dict) -> object:
+        self.calls.append((app, api, args, kwargs))
+        if api == "fail":
+            raise CallRefused(f"404 {app}.{api}: no such thing")
+        return {"app": app, "echo": args or kwargs}
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request: pytest.FixtureRequest) -> str:
+    """The walls a session runs behind, as in tests/test_sandbox.py."""
+    if request.param == "kernel" and not {"netns", "chroot", "uid"} <= set(sandbox.layers()):
+        pytest.skip(f"this machine gives the sandbox only {sandbox.layers()}")
+    return request.param
+
+
+def open_session(mode: str, handler=None, limits: Limits = FAST) -> Session:
+    return Session(handler or Recorder(), limits, MODES[mode])
+
+
+def test_variables_persist_across_cells_and_die_with_the_session() -> None:
+    with open_session("all") as s:
+        assert s.run("x = 40").error is None
+        assert s.run("x += 2\nprint(x)").output == "42\n"
+        pid = s.child.proc.pid
+    assert s.child is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped: the interpreter is gone, not merely idle
+    with open_session("all") as fresh:
+        cell = fresh.run("print(x)")
+    assert cell.error.startswith("Execution failed.") and "NameError" in cell.error
+
+
+def test_api_calls_cross_as_data_and_refusals_raise_in_the_cell() -> None:
+    handler = Recorder()
+    with Session(handler, FAST) as s:
+        cell = s.run("r = apis.venmo.login('me', password='pw')\nprint(r['echo'])")
+        assert cell.error is None and cell.calls == 1
+        assert cell.output == "['me']\n"
+        assert handler.calls == [("venmo", "login", ["me"], {"password": "pw"})]
+        failed = s.run("x = 1\napis.phone.fail(query='a')")
+        assert failed.error == (
+            "Execution failed. Traceback:\n  line 2, in <module>\n    apis.phone.fail(query='a')\n"
+            "Exception: 404 phone.fail: no such thing"
+        )
+        # not plain data: refused in the child, the handler never sees it
+        odd = s.run("apis.phone.send(message=object())")
+        assert "TypeError: apis.phone.send: arguments must be plain data" in odd.error
+        nan = s.run("apis.phone.send(amount=float('nan'))")
+        assert "arguments must be plain data" in nan.error
+        assert len(handler.calls) == 2
+        # the refusal is an ordinary exception: the cell can catch it and go on
+        caught = s.run("try:\n    apis.phone.fail()\nexcept Exception as e:\n    print('caught', e)")
+        assert caught.error is None and caught.output == "caught 404 phone.fail: no such thing\n"
+
+
+def test_output_is_captured_per_cell_and_capped() -> None:
+    with open_session("all") as s:
+        assert s.run("print('a')").output == "a\n"
+        assert s.run("import sys\nprint('b', file=sys.stderr)").output == "b\n"
+        long = s.run("print('x' * 10000)")
+    assert long.output.startswith("x" * 4096)
+    assert long.output.endswith(f"[{10001 - 4096} more characters not shown]")
+
+
+def test_a_refused_call_loop_is_bounded() -> None:
+    with open_session("all") as s:
+        cell = s.run(f"for i in range({MAX_CALLS} + 5):\n    r = apis.a.b(i)")
+    assert cell.calls == MAX_CALLS
+    assert f"too many API calls in one cell (at most {MAX_CALLS})" in cell.error
+
+
+# ---- escapes ------------------------------------------------------------------------------------------------
+WORLD_FILE = REPO / "gymflow" / "envs" / "apps" / "world.py"
+
+
+@pytest.mark.parametrize(
+    "code, refusal",
+    [
+        (f"print(open({str(WORLD_FILE)!r}).read()[:50])", ("PermissionError", "FileNotFoundError")),
+        (f"import os; print(os.listdir({str(REPO)!r}))", ("PermissionError", "FileNotFoundError")),
+        ("import gymflow.envs.apps.world", ("ModuleNotFoundError",)),
+        ("import socket; s = socket.socket(); s.connect(('127.0.0.1', 9))", ("PermissionError", "OSError")),
+        ("import os; os.fork()", ("PermissionError", "BlockingIOError")),
+        (
+            "import subprocess; subprocess.run(['ls'])",
+            ("PermissionError", "FileNotFoundError", "BlockingIOError"),
+        ),
+        ("x = bytearray(1 << 30)", ("MemoryError", "memory limit")),
+        ("open('big', 'wb').write(b'0' * (2 << 20))", ("OSError", "File too large")),
+    ],
+    ids=["world-file", "list-project", "import-world", "socket", "fork", "subprocess", "memory", "file-size"],
+)
+def test_escapes_fail_as_cells_and_the_interpreter_lives_on(mode: str, code: str, refusal: tuple) -> None:
+    handler = Recorder()
+    with open_session(mode, handler) as s:
+        s.run("kept = 7")
+        cell = s.run(code)
+        assert cell.error is not None and cell.error.startswith("Execution failed.")
+        assert any(word in cell.error for word in refusal), cell.error
+        assert s.run("print(kept)").output == "7\n"
+    assert handler.calls == []
+
+
+def test_time_bombs_stop_at_the_limits(mode: str) -> None:
+    with open_session(mode, limits=Limits(cpu_seconds=4, wall_seconds=1.5, case_seconds=0.5)) as s:
+        s.run("kept = 1")
+        python_loop = s.run("while True:\n    pass")
+        assert python_loop.error.endswith("TimeoutError: the cell ran out of time")
+        assert not python_loop.restarted and s.run("print(kept)").output == "1\n"
+        # with SIGALRM blocked nothing inside stops the loop: the parent kills the process at wall_seconds
+        blocked = s.run(
+            "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\nwhile True:\n    pass"
+        )
+        assert blocked.restarted and "interpreter was stopped (timeout)" in blocked.error
+        assert "NameError" in s.run("print(kept)").error  # a fresh interpreter: the variables are gone
+        assert s.run("print(1 + 1)").output == "2\n"
+
+
+def test_forged_frames_reach_no_further_than_honest_calls() -> None:
+    handler = Recorder()
+    with Session(handler, FAST) as s:
+        out_fd = "int(__import__('sys').argv[2])"
+        garbage = s.run(f"import os; os.write({out_fd}, b'\\x00\\x00\\x00\\x05notjs')")
+        assert garbage.restarted and "result channel corrupted" in garbage.error
+        # a call frame written by hand is just a call: same handler, same plain data
+        forged = s.run(
+            "import os, json\nd = json.dumps({'call': ['phone', 'x', [1], {}], 'id': 99}).encode()\n"
+            f"os.write({out_fd}, len(d).to_bytes(4, 'big') + d)\nprint('sent')"
+        )
+        assert forged.error is None and forged.output == "sent\n"
+        assert handler.calls == [("phone", "x", [1], {})]
+        # a flood of calls whose replies are never read: the parent queues a bounded amount, then kills
+        flood = s.run(
+            "import os, json\nd = json.dumps({'call': ['a', 'b', ['y' * 60000], {}], 'id': 1}).encode()\n"
+            f"fd = {out_fd}\nwhile True:\n    os.write(fd, len(d).to_bytes(4, 'big') + d)"
+        )
+        assert flood.restarted
+        assert s.run("print('alive')").output == "alive\n"
