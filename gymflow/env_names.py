@@ -20,6 +20,9 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     "household": {"total": 2_000},
     "colbench": {"total": 20_000},  # endless; ~3 ms and ~3 KB per task (the paper: 10k train, 1k test)
     "colbench_single": {"total": 20_000},  # the same tasks
+    "apps": {
+        "total": 20_000
+    },  # endless (12 templates x scenario seeds x 3 variants); ~0.6 ms, ~2 KB per task
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
 

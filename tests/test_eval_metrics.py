@@ -41,6 +41,20 @@ def test_summary_per_difficulty_and_pass_at_k():
     assert "pass@1" not in success_metrics(greedy, k=1)["all"]  # no samples, no pass@k
 
 
+def test_scenario_goal_completion_needs_every_variant_and_skips_cut_scenarios():
+    # scenario s1: all 3 pass; s2: 2 of 3 pass (TGC counts them, SGC does not); s3: only 2 variants drawn
+    greedy = [row(f"s1_{v}", "1", True, 0) for v in (1, 2, 3)]
+    greedy += [row("s2_1", "1", True, 0), row("s2_2", "1", False, 0), row("s2_3", "1", True, 0)]
+    greedy += [row("pay_back-17_1", "2", True, 0), row("pay_back-17_2", "2", True, 0)]
+    greedy += [row("s1_1", "1", False, 1)]  # a sampled episode is not part of SGC
+    out = success_metrics(greedy, k=0, variants=3)
+    assert out["1"]["success"] == pytest.approx(5 / 6, abs=1e-4)  # TGC: 5 of 6 tasks
+    assert out["1"]["sgc"] == 0.5 and out["1"]["scenarios"] == 2
+    assert out["2"]["sgc"] == 0.0 and out["2"]["scenarios"] == 0  # its scenario is incomplete: not counted
+    assert out["all"]["sgc"] == 0.5 and out["all"]["scenarios"] == 2
+    assert "sgc" not in success_metrics(greedy, k=0)["all"]  # environments without scenarios
+
+
 def test_rollout_speed_counts_episodes_steps_and_generated_tokens():
     from gymflow.envs.base import Task
     from gymflow.rollout.play import rollout_speed

@@ -4,6 +4,7 @@ Importing this loads every environment (minigrid, ScienceWorld's JVM bridge, ...
 names, such as the params check, takes them from `gymflow.env_names`; tests keep the two in step.
 """
 
+from gymflow.envs.apps.env import Apps
 from gymflow.envs.babyai import BabyAI
 from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
 from gymflow.envs.colbench import ColBench, ColBenchSingle
@@ -23,6 +24,7 @@ ENVS: dict[str, type[Env]] = {
     "household": Household,
     "colbench": ColBench,
     "colbench_single": ColBenchSingle,
+    "apps": Apps,
 }
 
 

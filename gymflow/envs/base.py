@@ -95,6 +95,7 @@ class EnvSpec:
     expert: str  # what produces the expert trajectories, shown by `gymflow envs`
     multiline_actions: bool = False  # actions keep their lines (code): parsed and cleaned as `clean_lines`
     max_action_chars: int = MAX_ACTION_CHARS  # a longer action is answered by `Env.step`, unplayed
+    variants: int = 0  # tasks per scenario, ids "<scenario>_<v>" (AppWorld: 3): evaluation adds SGC
 
     def is_success(self, reward: float) -> bool:
         return reward >= self.success_threshold
