@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.config import EvalParams, RolloutParams
+from gymflow.envs import ENVS
 from gymflow.envs.base import Task
+from gymflow.eval.behaviour import BEHAVIOUR_ENVS, behaviour_metrics
 from gymflow.eval.metrics import success_metrics
 from gymflow.rollout.engine import SamplingConfig
 from gymflow.rollout.play import load_policy, play, stored_speed
@@ -44,13 +46,15 @@ def evaluate_policy(
         if cfg.k:
             runs.append(([(t, i) for t in env_tasks for i in range(1, cfg.k + 1)], sampled))
         path = play(policy, runs, cfg.seed, rollout_dir / name, env, info, how)
-        results[env] = summarize_file(path, cfg.k)
+        results[env] = summarize_file(path, cfg.k, ENVS[env].spec.variants)
+        if env in BEHAVIOUR_ENVS:  # LOOP's Figure 3a, over every episode of this evaluation
+            results[env]["behaviour"] = behaviour_metrics(path.parent, f"env = '{env}'")
     return results
 
 
-def summarize_file(path: Path, k: int) -> dict[str, Any]:
+def summarize_file(path: Path, k: int, variants: int = 0) -> dict[str, Any]:
     """The metrics of one stored evaluation, read back from its episodes table; "all" carries the speed of
     the rollouts that wrote it."""
-    summary = success_metrics(read_rows(path), k)
+    summary = success_metrics(read_rows(path), k, variants)
     summary["all"].update(stored_speed(path))
     return summary
