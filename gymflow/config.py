@@ -248,6 +248,9 @@ class RLParams(Section):
     tasks: dict[str, PositiveInt] = Field(
         min_length=1, description="environment -> train tasks per iteration"
     )
+    difficulties: dict[str, list[str]] = Field(
+        {}, description="environment -> the difficulties it trains on (LOOP: apps 1 and 2); absent: all"
+    )
     samples: int = Field(6, ge=2, le=MAX_SAMPLES, description="rollouts per task (K; LOOP 6, AgentGym-RL 8)")
     iterations: PositiveInt = 10
     horizon: Literal["fixed"] | list[HorizonPhase] = Field(
@@ -269,6 +272,8 @@ class RLParams(Section):
     def _check_horizon(self) -> RLParams:
         if isinstance(self.horizon, list) and any(p.iterations is None for p in self.horizon[:-1]):
             raise ValueError("rl.horizon: every phase but the last needs its `iterations`")
+        if outside := [env for env in self.difficulties if env not in self.tasks]:
+            raise ValueError(f"rl.difficulties has {outside}, which rl.tasks does not train on; drop them")
         return self
 
     def turn_limit(self, iteration: int) -> int | None:

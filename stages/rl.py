@@ -11,11 +11,22 @@ rollouts and updates). Held-out success is `evaluate@rl`'s.
 from pathlib import Path
 
 from gymflow.config import load_params
+from gymflow.envs.base import Task
 from gymflow.envs.instructions import load_tasks
 from gymflow.errors import UserError
 from gymflow.models.build import resolve
 from gymflow.stage import run_stage, write_metrics
 from gymflow.train.rl import train_rl
+
+
+def train_tasks(env: str, levels: list[str] | None) -> list[Task]:
+    """`env`'s train split, only `levels` if given (LOOP trains on AppWorld's difficulties 1 and 2)."""
+    tasks = load_tasks("data", env, "train")
+    kept = [t for t in tasks if levels is None or t.difficulty in levels]
+    if not kept:
+        have = ", ".join(sorted({t.difficulty for t in tasks}))
+        raise UserError(f"rl.difficulties.{env} keeps no train task: its difficulties are {have}")
+    return kept
 
 
 def main() -> None:
@@ -28,7 +39,7 @@ def main() -> None:
         raise UserError(
             f"rl.start is {rl.start!r} but {start} does not exist: use sft or a built evol iteration"
         )
-    tasks = {env: load_tasks("data", env, "train") for env in rl.tasks}
+    tasks = {env: train_tasks(env, rl.difficulties.get(env)) for env in rl.tasks}
     metrics = train_rl(
         resolve(start),
         Path("data/models/rl"),

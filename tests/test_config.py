@@ -159,6 +159,10 @@ def test_valid_params_load(tmp_path):
             "sweet.actor.critic is 'mine', not one of",
         ),
         (GOOD + SWEET.replace("env: maze", "env: colbench"), "sweet.env 'colbench' is not in envs"),
+        (
+            GOOD + "rl: {tasks: {maze: 2}, difficulties: {apps: ['1', '2']}}\n",
+            "rl.difficulties has \\['apps'\\], which rl.tasks does not train on; drop them",
+        ),
         (GOOD + SWEET.replace("start: sft", "start: evol9"), "sweet.start is 'evol9'; use one of the agents"),
         (
             GOOD + SWEET.replace("samples: 4", "samples: 1"),
@@ -284,3 +288,23 @@ def test_bad_rl_switches_are_one_line_errors_of_the_params_stage(tmp_path, monke
         params_stage.run_stage(params_stage.main)
     assert stop.value.code == 2 and not (tmp_path / "data/params.ok").exists()
     assert re.search(message, capsys.readouterr().err.splitlines()[0])
+
+
+def test_rl_trains_on_the_difficulties_it_names(tmp_path, monkeypatch):
+    """LOOP trains on AppWorld's difficulties 1 and 2 only (`rl.difficulties`); a level that leaves nothing is a
+    one-line error naming the levels there are."""
+    from gymflow.envs.base import Task
+    from gymflow.envs.instructions import save_tasks
+    from stages.rl import train_tasks
+
+    tasks = [
+        Task("maze", f"t{i}", "train", level, i, "go") for i, level in enumerate(["5x5", "6x6", "7x7", "5x5"])
+    ]
+    save_tasks(tmp_path / "data", "maze", {"train": tasks})
+    monkeypatch.chdir(tmp_path)
+    assert [t.task_id for t in train_tasks("maze", ["5x5", "7x7"])] == ["t0", "t2", "t3"]
+    assert len(train_tasks("maze", None)) == 4
+    with pytest.raises(
+        UserError, match="rl.difficulties.maze keeps no train task: its difficulties are 5x5, 6x6, 7x7"
+    ):
+        train_tasks("maze", ["9x9"])
