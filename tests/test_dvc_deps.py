@@ -133,3 +133,37 @@ def test_the_params_check_runs_before_every_other_stage():
     assert not late, (
         f"these stages do not depend on data/params.ok, so DVC may run them before the check: {late}"
     )
+
+
+def test_no_default_stage_depends_on_what_the_sweet_pipeline_writes():
+    """A dependency on a folder or file that sweet/dvc.yaml writes makes SWEET-RL's stages upstream of the default
+    pipeline, so a plain `dvc repro` would run both (it once did, through plot_evol's folder of evaluations)."""
+
+    def outs(stage: dict) -> list[str]:
+        found = []
+        for kind in ("outs", "metrics", "plots"):
+            found += [next(iter(o)) if isinstance(o, dict) else o for o in stage.get(kind, [])]
+        return found
+
+    sweet = yaml.safe_load((ROOT / "sweet/dvc.yaml").read_text())["stages"]
+    written = {
+        out.replace("${item}", "").replace("${key}", "")
+        for stage in sweet.values()
+        for out in outs(stage.get("do", stage))
+    }
+    default = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, stage in default.items():
+        for dep in stage.get("do", stage)["deps"]:
+            hits = [
+                w for w in written if w.startswith(dep.rstrip("/") + "/") or dep == w or w.startswith(dep)
+            ]
+            assert not hits, (
+                f"dvc.yaml stage {name} depends on {dep}, which sweet/dvc.yaml writes ({hits[0]})"
+            )
+
+
+def test_plot_evol_depends_on_the_evaluation_of_sft_and_of_every_agentevol_iteration():
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    wanted = {f"data/metrics/evaluate/{p}.json" for p in ["sft", *params["evol"]["iterations"]]}
+    deps = {d for d in STAGES["plot_evol"]["deps"] if d.startswith("data/metrics/")}
+    assert deps == wanted
