@@ -68,6 +68,7 @@ def cell(values: list[float]) -> str:
 def publish(repo: str, name: str, markdown: str, description: str) -> str:
     """A comparison's tables: printed, written to data/compare/<name>.md and posted as a Prefect artifact."""
     write_text(Path(repo) / f"data/compare/{name}.md", markdown + "\n")
-    create_markdown_artifact(key=f"{name}-compare", markdown=markdown, description=description)
+    key = name.replace("_", "-")  # Prefect: lowercase letters, digits and dashes only
+    create_markdown_artifact(key=f"{key}-compare", markdown=markdown, description=description)
     print(markdown)
     return markdown
