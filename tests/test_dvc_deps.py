@@ -155,7 +155,9 @@ def test_no_default_stage_depends_on_what_the_sweet_pipeline_writes():
     for name, stage in default.items():
         for dep in stage.get("do", stage)["deps"]:
             hits = [
-                w for w in written if w.startswith(dep.rstrip("/") + "/") or dep == w or w.startswith(dep)
+                w
+                for w in written
+                if w == dep or w.startswith(dep.rstrip("/") + "/") or dep.startswith(w + "/")
             ]
             assert not hits, (
                 f"dvc.yaml stage {name} depends on {dep}, which sweet/dvc.yaml writes ({hits[0]})"

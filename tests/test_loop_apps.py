@@ -6,7 +6,8 @@ import flows.loop_apps as loop_apps
 
 def apps_metrics(success, sgc, reward, behaviour):
     levels = {
-        level: {"success": s, "sgc": g, "reward": r} for level, s, g, r in zip("123", success, sgc, reward)
+        level: {"success": s, "sgc": g, "reward": r}
+        for level, s, g, r in zip("123", success, sgc, reward, strict=True)
     }
     return {"apps": levels | {"behaviour": behaviour}}
 

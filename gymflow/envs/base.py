@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ from typing import Any, ClassVar
 MAX_ACTION_CHARS = 300  # about 3x the longest expert action (textcraft's 93); a longer one is not a command
 ECHO_CHARS = 40  # how much of a rejected action an observation quotes back
 HIDDEN_CHARS = 2_000  # a critic's hidden block (`Env.hidden_text`) at most: about 500 tokens
+# A ```python (or ```py, or bare ```) block of an action that carries code; an unclosed one runs to the end.
+CODE_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
 
 class EpisodeOver(RuntimeError):

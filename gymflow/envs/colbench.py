@@ -43,7 +43,7 @@ import textwrap
 from collections.abc import Iterator
 from typing import Any
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, clean_action, echo
+from gymflow.envs.base import CODE_FENCE, Env, EnvSpec, Step, Task, clean_action, echo
 from gymflow.envs.colbench_families import (
     LEVELS,
     N_TESTS,
@@ -79,12 +79,11 @@ SINGLE_PROMPT = (
 )
 
 _VERB = re.compile(r"(ask|submit)\b[ \t]*:?", re.IGNORECASE)
-_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
 
 def submitted_code(text: str) -> str:
     """The code of a submit: inside its first ``` block if it has one, else all of it, dedented."""
-    fenced = _FENCE.search(text)
+    fenced = CODE_FENCE.search(text)
     code = fenced.group(1) if fenced else text.lstrip(" \t")
     return textwrap.dedent(code.strip("\n")).strip("\n")
 

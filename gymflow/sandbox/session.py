@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gymflow.sandbox import LAYERS, Child, Limits, _death, launch
-from gymflow.sandbox.child import MAX_FRAME
+from gymflow.sandbox import LAYERS, Child, Limits, _death, _take_frames, launch
 
 MAX_CALLS = 1_000  # API calls one cell may make; later ones are refused (a loop over a paginated list fits)
+MAX_FRAMES = 1 << 16  # frames one read may carry (64 KiB of the smallest); more is a forger's flood
 MAX_PENDING = 8 << 20  # reply bytes queued for a child that does not read them; past it the child is killed
 
 Handler = Callable[[str, str, list[Any], dict[str, Any]], Any]
@@ -107,19 +107,23 @@ class Session:
                             why = "exited"
                             break
                         self.buffer += chunk
-                        for frame in _frames(self.buffer):
-                            if frame is not None and "done" in frame and _is_done(frame["done"]):
+                        frames: list[dict[str, Any]] = []
+                        corrupted = _take_frames(self.buffer, frames, MAX_FRAMES)
+                        for frame in frames:  # those before a corrupt one still count, in order
+                            if "done" in frame and _is_done(frame["done"]):
                                 printed = output.decode("utf-8", "replace")
+                                self.buffer.clear()  # anything after the answer is forged
                                 return Cell(frame["done"]["output"] + printed, frame["done"]["error"], calls)
-                            reply = self._answer(frame, calls) if frame is not None else None
+                            reply = self._answer(frame, calls)
                             if reply is None:
-                                why = "result channel corrupted"
+                                corrupted = "result channel corrupted"
                                 break
                             calls += reply.pop("handled")
                             pending += _frame(reply)
                             if len(pending) > MAX_PENDING:
-                                why = "too many unread replies"
+                                corrupted = "too many unread replies"
                                 break
+                        why = corrupted
                     else:  # what native code wrote to fd 1 past the capture of sys.stdout
                         chunk = os.read(key.fd, 1 << 16)
                         if not chunk:
@@ -147,15 +151,18 @@ class Session:
         try:
             os.write(child.in_w, len(body).to_bytes(4, "big") + body)  # small: fits the pipe
             deadline = time.monotonic() + self.limits.wall_seconds
-            while not (frames := list(_frames(self.buffer, most=1))):
+            frames: list[dict[str, Any]] = []
+            while not frames:
                 if time.monotonic() > deadline or not _readable(child.out_r, deadline):
                     raise OSError("timeout")
                 chunk = os.read(child.out_r, 1 << 16)
                 if not chunk:
                     raise OSError("it exited")
                 self.buffer += chunk
+                if _take_frames(self.buffer, frames, 1):
+                    raise OSError("a malformed first frame")
             first = frames[0]
-            if not isinstance(first, dict) or not isinstance(first.get("layers"), list):
+            if not isinstance(first.get("layers"), list):
                 raise OSError("a malformed first frame")
         except OSError as e:
             child.close()
@@ -209,25 +216,6 @@ def _send(fd: int, pending: bytearray) -> str | None:
 def _frame(obj: dict[str, Any]) -> bytes:
     data = json.dumps(obj).encode()
     return len(data).to_bytes(4, "big") + data
-
-
-def _frames(buffer: bytearray, most: int | None = None) -> Any:
-    """Yield the complete frames at the head of `buffer`, removing them; None for an oversized or malformed one."""
-    taken = 0
-    while len(buffer) >= 4 and (most is None or taken < most):
-        size = int.from_bytes(buffer[:4], "big")
-        if size > MAX_FRAME:
-            yield None
-            return
-        if len(buffer) < 4 + size:
-            return
-        try:
-            frame = json.loads(bytes(buffer[4 : 4 + size]))
-        except (ValueError, RecursionError):
-            frame = None
-        del buffer[: 4 + size]
-        taken += 1
-        yield frame if isinstance(frame, dict) else None
 
 
 def _is_done(done: Any) -> bool:

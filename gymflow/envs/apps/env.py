@@ -22,6 +22,7 @@ has not looked up in this episode, a turn that prints that API's documentation.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from gymflow.envs.apps.checks import run_checks
 from gymflow.envs.apps.scenarios import LEVELS, draw_tasks
 from gymflow.envs.apps.world import ApiError, World, build_world
-from gymflow.envs.base import Env, EnvSpec, Step, Task
+from gymflow.envs.base import CODE_FENCE, Env, EnvSpec, Step, Task
 from gymflow.sandbox import Limits
 from gymflow.sandbox.session import CallRefused, Session
 
@@ -51,7 +52,6 @@ SYSTEM_PROMPT = (
     "Action: ```python\n<code>\n```"
 )
 
-_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 _API = re.compile(r"\bapis\s*\.\s*(\w+)\s*\.\s*(\w+)\s*\(")
 _DOC = re.compile(
     r"show_api_doc\(\s*(?:app_name\s*=\s*)?['\"](\w+)['\"]\s*,\s*(?:api_name\s*=\s*)?['\"](\w+)['\"]"
@@ -60,7 +60,7 @@ _DOC = re.compile(
 
 def code_cells(action: str) -> list[str]:
     """The code cells of a reply: its ```python (or ```py, or bare ```) blocks; the whole reply if it has none."""
-    cells = [cell.strip("\n") for cell in _FENCE.findall(action)]
+    cells = [cell.strip("\n") for cell in CODE_FENCE.findall(action)]
     return [cell for cell in cells if cell.strip()] if cells else ([action] if action.strip() else [])
 
 
@@ -118,7 +118,7 @@ class Apps(Env):
     def hidden_text(cls, task: Task) -> str:
         """The gold program: what a critic reads as the task's training-time information."""
         gold = "\n".join(cell["code"] for cell in task.hidden["gold"])
-        return super().hidden_text(Task(**{**task.__dict__, "hidden": {"gold": gold}}))
+        return super().hidden_text(dataclasses.replace(task, hidden={"gold": gold}))
 
     def _reset(self, task: Task) -> str:
         self.close()
