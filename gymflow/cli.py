@@ -5,6 +5,8 @@ gymflow play maze [--task-id ID]               # play an episode yourself
 gymflow solve maze --n 50 [--split eval] [--json]
 gymflow sql "select env, count(*) from episodes group by env"
 gymflow serve-model data/models/sft --port 8000   # an OpenAI-compatible /v1/completions server (as vLLM's)
+gymflow serve-vllm data/models/sft --port 8000    # the same API, served by vLLM (./install.sh --vllm)
+gymflow serve-env textcraft --port 8100          # an environment over HTTP (AgentGym's env-server protocol)
 gymflow rl-noise data/models/sft --batches 8  # how much of an RL step (params.yaml's rl) is signal
 """
 
@@ -175,6 +177,29 @@ def cmd_serve_model(args: argparse.Namespace) -> None:
     serve(args.path, args.host, args.port, Limits(**given))
 
 
+def cmd_serve_vllm(args: argparse.Namespace) -> None:
+    from gymflow.models.vllm import serve  # vLLM itself runs in .venv-vllm
+
+    serve(args.path, args.port, args.host, max_model_len=args.max_model_len, extra_args=args.vllm_args)
+
+
+def cmd_serve_env(args: argparse.Namespace) -> None:
+    from gymflow.remote.env_server import EnvLimits, serve  # the web stack loads only for this command
+
+    if args.env not in ENVS:
+        raise UserError(f"unknown environment {args.env!r}; choose one of: {', '.join(sorted(ENVS))}")
+    limits = EnvLimits(args.max_sessions, args.ttl, args.max_body_kb)
+    if tasks_file(args.data, args.env).exists():
+        tasks = load_tasks(args.data, args.env, args.split)
+    else:
+        if over := over_limit(args.env, *((args.n, 0) if args.split == "train" else (0, args.n))):
+            raise UserError(
+                f"{args.env} makes at most {over[1]:,} {args.split} tasks; ask for --n {over[1]} or fewer"
+            )
+        tasks = get_tasks(args.data, args.env, args.split, args.n)
+    serve(args.env, tasks, args.host, args.port, limits)
+
+
 def cmd_rl_noise(args: argparse.Namespace) -> None:
     from gymflow.config import load_params  # torch loads only for this command
     from gymflow.models.build import resolve
@@ -256,6 +281,37 @@ def parser() -> argparse.ArgumentParser:
     )
     limit.add_argument("--max-body-mb", type=int, help="request body size (default 4)")
     serve.set_defaults(func=cmd_serve_model)
+    vserve = sub.add_parser("serve-vllm", help="serve a saved model with vLLM (./install.sh --vllm first)")
+    vserve.add_argument("path", help="a model folder a stage wrote, e.g. data/models/sft")
+    vserve.add_argument("--port", type=int, default=8000)
+    vserve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
+    vserve.add_argument("--max-model-len", type=int, help="context (default: the model's)")
+    vserve.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=[],
+        dest="vllm_args",
+        help="passed to vLLM as it is, e.g. --vllm-arg=--enforce-eager (repeatable)",
+    )
+    vserve.set_defaults(func=cmd_serve_vllm)
+    env_server = sub.add_parser(
+        "serve-env", help="serve an environment over HTTP (AgentGym's protocol; rollout.env_servers)"
+    )
+    env_server.add_argument("env")
+    env_server.add_argument("--port", type=int, default=8100)
+    env_server.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
+    env_server.add_argument(
+        "--split", choices=["train", "eval"], default="eval", help="the tasks AgentGym's data_idx indexes"
+    )
+    env_server.add_argument(
+        "--n", type=int, default=100, help="tasks drawn (seed 0) when --data has no instruction set"
+    )
+    env_server.add_argument(
+        "--max-sessions", type=int, default=64, help="live environments; more get 503 (default 64)"
+    )
+    env_server.add_argument("--ttl", type=float, default=600.0, help="seconds idle before a session closes")
+    env_server.add_argument("--max-body-kb", type=int, default=256, help="request body size (default 256)")
+    env_server.set_defaults(func=cmd_serve_env)
     noise = sub.add_parser(
         "rl-noise", help="measure how much of an RL step is signal (the gradient noise scale)"
     )

@@ -118,6 +118,9 @@ class SFTParams(Section):
         return value
 
 
+PLACEMENT = {"servers", "env_servers", "engine", "workers", "ray_address"}  # where episodes play, not what
+
+
 class RolloutParams(Section):
     """How episodes are played, whoever plays them (evaluation, AgentEvol's exploration, RL): its own section,
     so that a change to evaluation alone does not rerun the stages that train."""
@@ -125,11 +128,44 @@ class RolloutParams(Section):
     max_new_tokens: int = Field(96, ge=1, description="per reply; must exceed the longest thought")
     max_length: int = Field(4096, ge=64)
     batch_size: int = Field(32, ge=1, description="episodes sharing one generation batch")
-    servers: dict[str, str] = Field(
+    servers: dict[str, str | list[str]] = Field(
         {},
         description="policy -> base URL of an OpenAI-compatible server (vLLM, `gymflow serve-model`) that "
-        "samples for it; other policies sample in process",
+        "samples for it, or a list of them (Ray worker i uses the i-th, cycling); others sample in process",
     )
+    env_servers: dict[str, list[str]] = Field(
+        {},
+        description="environment -> base URLs of `gymflow serve-env` servers its episodes play on, round-robin; "
+        "other environments play in process",
+    )
+    engine: Literal["local", "ray"] = Field(
+        "local",
+        description="local: this process plays every episode; ray: whole batches spread over Ray workers",
+    )
+    workers: int = Field(2, ge=1, description="Ray workers (engine: ray), one CPU (or GPU) each")
+    ray_address: str | None = Field(
+        None, description="the Ray cluster to join (auto, ray://host:10001); null: start one on this machine"
+    )
+
+    @field_validator("servers", "env_servers")
+    @classmethod
+    def _urls(cls, value: dict, info) -> dict:
+        for key, urls in value.items():
+            for url in [urls] if isinstance(urls, str) else urls:
+                if not str(url).startswith(("http://", "https://")):
+                    raise ValueError(f"{key}: {url!r} is not an http(s):// URL")
+            if not urls:
+                raise ValueError(f"{key}: give at least one URL")
+        if info.field_name == "env_servers" and (unknown := [e for e in value if e not in ENV_NAMES]):
+            raise ValueError(f"unknown environment(s) {unknown}; registered: {sorted(ENV_NAMES)}")
+        return value
+
+    def server_for(self, policy: str, worker: int = 0) -> str | None:
+        """The completion server that samples for `policy` (worker `worker`'s, when there are several)."""
+        urls = self.servers.get(policy)
+        if urls is None or isinstance(urls, str):
+            return urls
+        return urls[worker % len(urls)]
 
 
 class EvalParams(Section):
@@ -508,6 +544,10 @@ class Params(Section):
             raise ValueError(f"sweet.start is {self.sweet.start!r}; use one of the agents {agents}")
         if self.sweet and self.sweet.env not in self.envs:
             raise ValueError(f"sweet.env {self.sweet.env!r} is not in envs; add it to envs")
+        if self.rl and self.rl.early_stop and self.rollout.engine == "ray":
+            raise ValueError(
+                "rl.early_stop needs rollout.engine local (Ray workers play whole batches); drop one"
+            )
         return self
 
 

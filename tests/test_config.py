@@ -139,6 +139,23 @@ def test_valid_params_load(tmp_path):
         ),
         (GOOD + "rollout: {batch_size: 0}\n", "rollout.batch_size: .* greater than or equal to 1, got 0"),
         (GOOD + "rollout: {k: 1}\n", "rollout.k: Extra inputs are not permitted"),
+        # where episodes play: servers are URLs, environments are registered ones, the engine is local or ray
+        (
+            GOOD + "rollout: {env_servers: {maze: ['127.0.0.1:8100']}}\n",
+            "rollout.env_servers: .*maze: '127.0.0.1:8100' is not an http",
+        ),
+        (GOOD + "rollout: {env_servers: {maze: []}}\n", "rollout.env_servers: .*maze: give at least one URL"),
+        (
+            GOOD + "rollout: {env_servers: {mazes: ['http://a:1']}}\n",
+            "rollout.env_servers: .*unknown environment\\(s\\) \\['mazes'\\]",
+        ),
+        (GOOD + "rollout: {servers: {sft: 'localhost:8000/v1'}}\n", "rollout.servers: .*is not an http"),
+        (GOOD + "rollout: {engine: spark}\n", "rollout.engine: Input should be 'local' or 'ray'"),
+        (GOOD + "rollout: {engine: ray, workers: 0}\n", "rollout.workers: .* greater than or equal to 1"),
+        (
+            GOOD + "rollout: {engine: ray}\nrl: {tasks: {maze: 2}, early_stop: 0.9}\n",
+            "rl.early_stop needs rollout.engine local",
+        ),
         # duplicate keys: PyYAML would keep the last one silently
         (
             GOOD.replace("maze: 10}", "maze: 10, maze: 3}"),
@@ -308,3 +325,11 @@ def test_rl_trains_on_the_difficulties_it_names(tmp_path, monkeypatch):
         UserError, match="rl.difficulties.maze keeps no train task: its difficulties are 5x5, 6x6, 7x7"
     ):
         train_tasks("maze", ["9x9"])
+
+
+def test_a_policy_with_several_servers_gives_each_worker_its_own(tmp_path):
+    text = GOOD + "rollout: {servers: {sft: ['http://a/v1', 'http://b/v1'], init: 'http://c/v1'}}\n"
+    rollout = load_params(write(tmp_path, text)).rollout
+    assert [rollout.server_for("sft", w) for w in range(3)] == ["http://a/v1", "http://b/v1", "http://a/v1"]
+    assert rollout.server_for("init", 1) == "http://c/v1"
+    assert rollout.server_for("evol1") is None

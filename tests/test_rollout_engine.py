@@ -106,9 +106,7 @@ def test_an_episode_that_would_outgrow_the_context_ends_with_length_limit(model,
     assert ep.end_reason == "length_limit" and ep.turns == 1
 
 
-def test_environments_are_reused_across_batches_and_closed_at_the_end(model, fmt, monkeypatch):
-    import gymflow.rollout.engine as engine
-
+def test_environments_are_reused_across_batches_and_closed_at_the_end(model, fmt):
     made = []
 
     def counting_make_env(name):
@@ -118,7 +116,7 @@ def test_environments_are_reused_across_batches_and_closed_at_the_end(model, fmt
         env.close = lambda: (setattr(env, "was_closed", True), closed())
         return env
 
-    monkeypatch.setattr(engine, "make_env", counting_make_env)
-    episodes = rollout(model, fmt, [(t, 0) for t in TASKS], SamplingConfig(max_new_tokens=4, batch_size=2), 2)
+    cfg = SamplingConfig(max_new_tokens=4, batch_size=2)
+    episodes = rollout(model, fmt, [(t, 0) for t in TASKS], cfg, 2, make=counting_make_env)
     assert len(episodes) == len(TASKS) and len(made) == 2  # a batch's worth, not one per episode
     assert all(getattr(env, "was_closed", False) for env in made)

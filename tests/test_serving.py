@@ -3,7 +3,6 @@
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -20,6 +19,7 @@ from gymflow.models.sampling import sample
 from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout.engine import SamplingConfig, episode_tokens, rollout
 from gymflow.rollout.expert import run_expert
+from gymflow.serving import free_port, started
 
 TASKS = build_splits(ENVS["maze"], seed=0, n_train=4, n_eval=0)["train"]
 
@@ -44,38 +44,11 @@ def server_log(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def url(saved, server_log):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = server_log
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gymflow", "serve-model", str(saved), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    port = free_port()
+    cmd = [sys.executable, "-m", "gymflow", "serve-model", str(saved), "--port", str(port)]
     base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"serve-model exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"serve-model did not come up in 60 s:\n{log.read_text()}")
-            time.sleep(0.2)
+    with started(cmd, f"{base}/models", server_log):
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gymflow.config import EvalParams, RolloutParams
+from gymflow.config import PLACEMENT, EvalParams, RolloutParams
 from gymflow.envs import ENVS
 from gymflow.envs.base import Task
 from gymflow.eval.behaviour import BEHAVIOUR_ENVS, behaviour_metrics
 from gymflow.eval.metrics import success_metrics
+from gymflow.rollout.distributed import Placement
 from gymflow.rollout.engine import SamplingConfig
 from gymflow.rollout.play import load_policy, play, stored_speed
 from gymflow.rollout.records import RunInfo
@@ -31,12 +32,13 @@ def evaluate_policy(
 ) -> dict[str, dict[str, Any]]:
     """Play every task of every environment with the policy in `model_dir` (how: `rollout_cfg`); metrics per
     environment."""
-    server = rollout_cfg.servers.get(name)
+    server = rollout_cfg.server_for(name)
     policy = load_policy(name, model_dir, server)
     info = RunInfo(run="main", stage="evaluate", iteration=0, policy=name, policy_hash=policy.weights_hash)
     # what else runs does not change this one; the keys of the single section this was before `rollout:` had
     # its own, so rollouts stored by then stay current
-    how = [cfg.model_dump(exclude={"envs"}) | rollout_cfg.model_dump(exclude={"servers"}), server]
+    how = [cfg.model_dump(exclude={"envs"}) | rollout_cfg.model_dump(exclude=PLACEMENT), server]
+    where = Placement.of(rollout_cfg, name)
     lengths = rollout_cfg.max_new_tokens, rollout_cfg.max_length, rollout_cfg.batch_size
     greedy = SamplingConfig(0.0, 1.0, *lengths)
     sampled = SamplingConfig(cfg.temperature, cfg.top_p, *lengths)
@@ -45,7 +47,7 @@ def evaluate_policy(
         runs = [([(t, 0) for t in env_tasks], greedy)]
         if cfg.k:
             runs.append(([(t, i) for t in env_tasks for i in range(1, cfg.k + 1)], sampled))
-        path = play(policy, runs, cfg.seed, rollout_dir / name, env, info, how)
+        path = play(policy, runs, cfg.seed, rollout_dir / name, env, info, how, where)
         results[env] = summarize_file(path, cfg.k, ENVS[env].spec.variants)
         if env in BEHAVIOUR_ENVS:  # LOOP's Figure 3a, over every episode of this evaluation
             results[env]["behaviour"] = behaviour_metrics(path.parent, f"env = '{env}'")

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
-import socket
 import threading
 import time
 import uuid
@@ -59,6 +57,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve
 from gymflow.models.sampling import Completion, sample
+from gymflow.serving import BadRequest, listen, read_json
 
 UNIONS = {
     "prompt": "a string, a list of strings, a list of token ids or a list of token-id lists",
@@ -142,14 +141,6 @@ class CompletionRequest(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
 
-class BadRequest(Exception):
-    """A request this server will not serve: answered with `status` (400 unless said) and the message."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
-        super().__init__(message)
-        self.param, self.status = param, status
-
-
 class Cancelled(Exception):
     """The client went away before its generation finished."""
 
@@ -179,24 +170,11 @@ def _invalid(exc: ValidationError) -> BadRequest:
 
 
 async def _parse(request: Request, max_bytes: int) -> CompletionRequest:
-    """The body, read up to `max_bytes` (413 beyond), as a validated request (400 otherwise)."""
-    declared = request.headers.get("content-length", "")
-    too_large = BadRequest(f"the request body is larger than {max_bytes} bytes", status=413)
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
-    chunks, size = [], 0
+    """The body as a validated request (413 beyond `max_bytes`, 400 otherwise)."""
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_bytes:
-                raise too_large
-            chunks.append(chunk)
+        data = await read_json(request, max_bytes)
     except ClientDisconnect:
         raise Cancelled from None
-    try:
-        data = json.loads(b"".join(chunks))
-    except (ValueError, RecursionError):  # bad JSON or UTF-8, a 5000-digit number, nesting too deep
-        raise BadRequest("the body is not valid JSON") from None
     try:
         return CompletionRequest.model_validate(data)
     except ValidationError as e:
@@ -445,23 +423,6 @@ def load(model_dir: str | Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBas
     except (OSError, ValueError) as e:
         raise UserError(f"cannot load a model from {source}: {str(e).splitlines()[0]}") from None
     return model.eval(), tokenizer
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to `host:port`, or a one-line UserError (bad port, busy port, unknown host)."""
-    if not 1 <= port <= 65535:
-        raise UserError(f"--port must be between 1 and 65535 (got {port})")
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: rebind after a restart
-        sock.bind(address)
-    except OSError as e:
-        reason = e.strerror or str(e)
-        raise UserError(
-            f"cannot listen on {host}:{port}: {reason}; choose another --port or --host"
-        ) from None
-    return sock
 
 
 def describe(limits: Limits, context: int) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -27,6 +27,7 @@ from gymflow.agent.react import parse_action
 from gymflow.envs import make_env
 from gymflow.envs.base import Env, Task
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
+from gymflow.remote.env_client import EnvUnavailable
 from gymflow.rollout.records import Episode, Message
 
 
@@ -60,7 +61,11 @@ class _Running:
 
     def __init__(self, env: Env, task: Task, sample: int, horizon: int, fmt: ChatFormat) -> None:
         self.env, self.task, self.sample, self.horizon = env, task, sample, horizon
-        observation = env.reset(task)
+        self.failed = False  # its environment's server could not start it: it ends at once as an error
+        try:
+            observation = env.reset(task)
+        except EnvUnavailable as e:
+            observation, self.failed = f"(environment unavailable: {e})", True
         self.messages = [Message("system", env.spec.system_prompt), Message("user", observation)]
         self.ids = fmt.prompt(env.spec.system_prompt, observation)  # the sequence the next reply continues
         self.cached = 0  # how many of `ids` the shared KV cache holds (in-process path)
@@ -71,7 +76,7 @@ class _Running:
             task=self.task,
             messages=self.messages,
             reward=reward,
-            success=self.env.spec.is_success(reward),
+            success=reason != "error" and self.env.spec.is_success(reward),
             turns=self.env.turns,
             horizon=self.horizon,
             end_reason=reason,
@@ -88,11 +93,13 @@ def rollout(
     horizon: int | None = None,
     generator: torch.Generator | None = None,
     early_stop: EarlyStop | None = None,
+    make: Callable[[str], Env] = make_env,
 ) -> list[Episode]:
     """Play every (task, sample index) in `jobs`, `cfg.batch_size` at a time; turn limit `horizon` or the
     environment's own. `model` samples in process, or is a client of a completion server (`generator` then
-    plays no part: the server draws). Returns the episodes in the order of `jobs`; with `early_stop`, only
-    those that finished before it was reached."""
+    plays no part: the server draws). `make` builds an environment by name (`EnvMaker`: some on servers).
+    Returns the episodes in the order of `jobs`; with `early_stop`, only those that finished before it was
+    reached. An episode whose environment server failed ends with `end_reason` "error"."""
     episodes: list[Episode] = []
     bar = tqdm(total=len(jobs), desc="rollout", unit="ep", dynamic_ncols=True)
     sampled, start = 0, time.perf_counter()
@@ -103,7 +110,7 @@ def rollout(
         for first in range(0, len(jobs), cfg.batch_size):
             batch = jobs[first : first + cfg.batch_size]
             stop = partial(early_stop.reached, jobs) if early_stop else None
-            done, n = _play_batch(model, fmt, batch, cfg, horizon, generator, pool, episodes, stop)
+            done, n = _play_batch(model, fmt, batch, cfg, horizon, generator, pool, make, episodes, stop)
             episodes += done
             sampled += n
             bar.update(len(batch))
@@ -118,7 +125,11 @@ def rollout(
 
 
 def start_batch(
-    batch: Sequence[tuple[Task, int]], fmt: ChatFormat, horizon: int | None, pool: dict[str, list[Env]]
+    batch: Sequence[tuple[Task, int]],
+    fmt: ChatFormat,
+    horizon: int | None,
+    pool: dict[str, list[Env]],
+    make: Callable[[str], Env] = make_env,
 ) -> list[_Running]:
     """Reset one environment per (task, sample) of `batch`, reusing `pool`'s (one per concurrent episode of an
     environment, created on first need); turn limit `horizon` or each environment's own."""
@@ -127,7 +138,7 @@ def start_batch(
     for task, sample in batch:
         envs = pool.setdefault(task.env, [])
         if taken[task.env] == len(envs):
-            envs.append(make_env(task.env))
+            envs.append(make(task.env))
         env = envs[taken[task.env]]
         taken[task.env] += 1
         running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
@@ -135,18 +146,18 @@ def start_batch(
 
 
 def _play_batch(
-    model, fmt, batch, cfg, horizon, generator, pool, earlier=(), stop=None
+    model, fmt, batch, cfg, horizon, generator, pool, make=make_env, earlier=(), stop=None
 ) -> tuple[list[Episode], int]:
     """Play one batch to the end, or until `stop(earlier + finished)` holds (the rest are cancelled)."""
-    running = start_batch(batch, fmt, horizon, pool)
+    running = start_batch(batch, fmt, horizon, pool, make)
+    results: list[Episode | None] = [ep.finish("error") if ep.failed else None for ep in running]
+    live = [i for i, ep in enumerate(running) if not ep.failed]  # still playing, in the decoder's row order
     decoder = None
     if isinstance(model, PreTrainedModel):
-        decoder = Decoder(model, len(running), fmt.tokenizer.pad_token_id)
+        decoder = Decoder(model, len(live), fmt.tokenizer.pad_token_id)
         sample_turn = partial(_decode_turn, decoder, fmt=fmt, cfg=cfg, generator=generator)
     else:
         sample_turn = partial(_request_turn, model, fmt=fmt, cfg=cfg)
-    results: list[Episode | None] = [None] * len(running)
-    live = list(range(len(running)))  # episodes still playing, in the decoder's row order
     sampled = 0
     while live:
         replies = sample_turn([running[i] for i in live])
@@ -198,7 +209,11 @@ def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConf
     action = parse_action(text, ep.env.spec.multiline_actions)
     ep.messages.append(Message("assistant", text, action, token_ids=reply.token_ids, logprobs=reply.logprobs))
     ep.ids += reply.token_ids
-    step = ep.env.step(action or "")  # no parsable action: the environment says what is wrong
+    try:
+        step = ep.env.step(action or "")  # no parsable action: the environment says what is wrong
+    except EnvUnavailable as e:  # its server died or lost the session: this episode ends, the rest play on
+        ep.messages.append(Message("user", f"(environment unavailable: {e})", reward=ep.env.reward))
+        return ep.finish("error")
     ep.messages.append(Message("user", step.observation, reward=step.reward))
     if step.done:
         return ep.finish("done")

@@ -23,7 +23,8 @@ from gymflow.models.build import load_tokenizer, resolve
 from gymflow.models.files import weights_hash
 from gymflow.models.openai_client import CompletionClient
 from gymflow.rollout.agenttraj import is_current, write_episodes
-from gymflow.rollout.engine import SamplingConfig, rollout
+from gymflow.rollout.distributed import LOCAL, Placement, play_jobs
+from gymflow.rollout.engine import SamplingConfig
 from gymflow.rollout.records import Episode, RunInfo, config_hash
 from gymflow.store.io import file_metadata, table_path, write_text
 
@@ -54,10 +55,11 @@ def play(
     prefix: str,
     info: RunInfo,
     settings: Any,
+    where: Placement = LOCAL,
 ) -> Path:
-    """Play each (jobs, sampling) of `runs` in order from one seeded generator and write the episodes to
-    `folder/<prefix>.*.parquet`, unless they are there already from the same `settings`, weights and jobs.
-    Returns the episodes table."""
+    """Play each (jobs, sampling) of `runs` in order from one seeded generator, as `where` places them, and
+    write the episodes to `folder/<prefix>.*.parquet`, unless they are there already from the same
+    `settings`, weights and jobs. Returns the episodes table."""
     jobs = [[(t.task_id, i) for t, i in run] for run, _ in runs]
     digest = config_hash([settings, policy.weights_hash, jobs])
     if not is_current(folder, prefix, digest):
@@ -66,7 +68,7 @@ def play(
         episodes = [
             ep
             for run, sampling in runs
-            for ep in rollout(policy.sampler, policy.fmt, run, sampling, generator=generator)
+            for ep in play_jobs(policy.sampler, policy.fmt, run, sampling, generator=generator, where=where)
         ]
         speed = rollout_speed(episodes, time.perf_counter() - start)
         write_text(speed_path(folder, prefix), json.dumps({"config_hash": digest, **speed}) + "\n")

@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import EvolSettings, RolloutParams
 from gymflow.envs.base import Task
+from gymflow.rollout.distributed import Placement
 from gymflow.rollout.engine import SamplingConfig, episode_tokens
 from gymflow.rollout.play import load_policy, play
 from gymflow.rollout.records import Message, RunInfo
@@ -63,7 +64,8 @@ def explore(
 ) -> dict[str, dict[str, Any]]:
     """The explorer plays each environment's drawn tasks `settings.samples` times; per environment, how many
     episodes it played, their success and the rollout speed."""
-    policy = load_policy(explorer, model_dir, rollout_cfg.servers.get(explorer))
+    policy = load_policy(explorer, model_dir, rollout_cfg.server_for(explorer))
+    where = Placement.of(rollout_cfg, explorer)
     info = RunInfo("main", "explore", iteration, explorer, policy.weights_hash)
     cfg = rollout_cfg
     sampling = SamplingConfig(settings.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
@@ -71,7 +73,8 @@ def explore(
     for env, env_tasks in tasks.items():
         drawn = draw_tasks(env_tasks, settings.tasks[env], settings.seed, iteration)
         jobs = [(t, i) for t in drawn for i in range(settings.samples)]
-        play(policy, [(jobs, sampling)], iteration_seed(settings.seed, iteration), out_dir, env, info, how)
+        seed = iteration_seed(settings.seed, iteration)
+        play(policy, [(jobs, sampling)], seed, out_dir, env, info, how, where)
     db = connect(out_dir)
     rows = db.execute(
         """select env, count(*), avg(success), count(distinct task_id) filter (where success = 1)

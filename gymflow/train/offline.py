@@ -9,6 +9,7 @@ from typing import Any
 
 from gymflow.config import OfflineParams, RolloutParams
 from gymflow.envs.base import Task
+from gymflow.rollout.distributed import Placement
 from gymflow.rollout.engine import SamplingConfig
 from gymflow.rollout.play import load_policy, play
 from gymflow.rollout.records import RunInfo
@@ -44,14 +45,21 @@ def collect_offline(
     out_dir: Path,
 ) -> dict[str, Any]:
     """Play `offline.tasks` drawn train tasks `offline.samples` times each; the data's numbers."""
-    policy = load_policy(agent, model_dir, rollout_cfg.servers.get(agent))
+    policy = load_policy(agent, model_dir, rollout_cfg.server_for(agent))
     info = RunInfo("main", "offline", 0, agent, policy.weights_hash)
     cfg = rollout_cfg
     sampling = SamplingConfig(offline.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
     drawn = draw_tasks(tasks, offline.tasks, seed, 0)
     jobs = [(t, i) for t in drawn for i in range(offline.samples)]
     play(
-        policy, [(jobs, sampling)], seed, out_dir, env, info, [sampling.__dict__, offline.model_dump(), seed]
+        policy,
+        [(jobs, sampling)],
+        seed,
+        out_dir,
+        env,
+        info,
+        [sampling.__dict__, offline.model_dump(), seed],
+        Placement.of(rollout_cfg, agent),
     )
     episodes, success, reward, n_tasks, ranked = connect(out_dir).execute(OFFLINE_SQL).fetchone()
     return {

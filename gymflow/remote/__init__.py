@@ -1,0 +1,1 @@
+"""Environments over HTTP: the server (`gymflow serve-env`) and the client that plays through it."""

@@ -1,0 +1,369 @@
+"""Any gymflow environment as an HTTP service, in AgentGym's protocol (its `agentenv-*` servers), so that a
+JVM-heavy ScienceWorld or the sandboxed apps world runs, and scales, apart from the model.
+
+    gymflow serve-env textcraft --port 8100
+    curl -X POST localhost:8100/create                                   # {"id": 0, "observation": ...}
+    curl -X POST localhost:8100/reset -d '{"id": 0, "data_idx": 3}'      # the server's task 3
+    curl -X POST localhost:8100/step -d '{"id": 0, "action": "inventory"}'
+
+AgentGym's endpoints, with its request and response shapes (its client classes drive these servers):
+POST /create, POST /reset {id, data_idx}, POST /step {id, action} -> {observation, reward, score, done},
+GET /observation?id=, GET /available_actions?id=, GET /detail?id=, POST /close {id}. `data_idx` indexes the
+server's task list (its instruction set's `--split`); gymflow's own client sends the task row itself
+(`{"id", "task": {...}}`), so a stage plays exactly the tasks it drew. `reward` and `score` are both the
+episode's reward so far, as `Env.step` reports it.
+
+What AgentGym's servers lack: a session idle for `ttl` seconds is closed; at most `max_sessions` are live
+(503 with Retry-After beyond); mistakes are 4xx with {"error": message} (404 unknown or expired session,
+409 a step after the episode ended, 413 a body over `max_body_kb`, 400 anything else malformed), never a 200
+carrying an error; GET /health says how full the server is. Requests of one session run one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+
+from gymflow.envs import ENVS
+from gymflow.envs.base import Env, EpisodeOver, Task
+from gymflow.errors import UserError
+from gymflow.serving import BadRequest, free_port, listen, read_json, started
+
+
+@dataclass(frozen=True)
+class EnvLimits:
+    """What the server holds at once: every live session is an environment (a ScienceWorld JVM is 200-500 MB),
+    so `max_sessions` bounds its memory."""
+
+    max_sessions: int = 64
+    ttl: float = 600.0  # seconds a session may sit idle (a turn of generation is seconds to a minute)
+    max_body_kb: int = 256  # an action or a task row (colbench's hidden code is a few KB)
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1 or self.ttl <= 0 or self.max_body_kb < 1:
+            raise UserError("--max-sessions, --ttl and --max-body-kb must be positive")
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # AgentGym's TextCraft client sends commands and goal on create
+
+
+class CreateBody(_Body):
+    data_idx: StrictInt | None = None
+    task: dict[str, Any] | None = None
+
+
+class ResetBody(_Body):
+    id: StrictInt
+    data_idx: StrictInt | None = 0
+    task: dict[str, Any] | None = None
+
+
+class StepBody(_Body):
+    id: StrictInt
+    action: StrictStr
+
+
+class CloseBody(_Body):
+    id: StrictInt
+
+
+@dataclass
+class Session:
+    env: Env
+    observation: str = ""
+    used: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one request of a session at a time
+
+
+class Sessions:
+    """The live environments by id; ids are never reused, so a late request for a closed one is a 404."""
+
+    def __init__(self, make: Callable[[], Env], limits: EnvLimits) -> None:
+        self.make, self.limits = make, limits
+        self.live: dict[int, Session] = {}
+        self.ids = itertools.count()
+        self.guard = threading.Lock()
+        self.pending = 0  # sessions being created: they count against the limit
+
+    def open(self) -> tuple[int, Session]:
+        with self.guard:
+            if len(self.live) + self.pending >= self.limits.max_sessions:
+                raise BadRequest(
+                    f"{self.limits.max_sessions} sessions are live (--max-sessions): close one or retry later",
+                    status=503,
+                )
+            self.pending += 1
+        try:
+            session = Session(self.make())
+        finally:
+            with self.guard:
+                self.pending -= 1
+        with self.guard:
+            sid = next(self.ids)
+            self.live[sid] = session
+        return sid, session
+
+    def get(self, sid: int) -> Session:
+        with self.guard:
+            session = self.live.get(sid)
+        if session is None:
+            raise BadRequest(
+                f"session {sid} does not exist (closed, or idle for over {self.limits.ttl:g} s): create one",
+                "id",
+                status=404,
+            )
+        session.used = time.monotonic()
+        return session
+
+    def close(self, sid: int) -> None:
+        with self.guard:
+            session = self.live.pop(sid, None)
+        if session is not None:
+            with session.lock:
+                session.env.close()
+
+    def expire(self) -> int:
+        """Close every session idle for longer than the TTL; how many."""
+        cutoff = time.monotonic() - self.limits.ttl
+        with self.guard:
+            old = [sid for sid, s in self.live.items() if s.used < cutoff and not s.lock.locked()]
+        for sid in old:
+            self.close(sid)
+        return len(old)
+
+    def close_all(self) -> None:
+        for sid in list(self.live):
+            self.close(sid)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")  # no lone surrogates out
+    headers = {"retry-after": "1"} if status in (429, 503) else None
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _validated(model: type[BaseModel], data: object) -> Any:
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in err["loc"]) or "the body"
+        raise BadRequest(f"{where}: {err['msg']}") from None
+
+
+def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None) -> FastAPI:
+    """The app serving fresh `env_name` environments; `tasks` is what AgentGym's `data_idx` indexes."""
+    if env_name not in ENVS:
+        raise UserError(f"unknown environment {env_name!r}; choose one of: {', '.join(sorted(ENVS))}")
+    limits = limits or EnvLimits()
+    spec = ENVS[env_name].spec
+    sessions = Sessions(ENVS[env_name], limits)
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(min(limits.ttl / 4, 30.0))
+            await run_in_threadpool(sessions.expire)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        sweeper = asyncio.create_task(sweep())
+        yield
+        sweeper.cancel()
+        await run_in_threadpool(sessions.close_all)
+
+    app = FastAPI(title=f"gymflow environment server: {env_name}", lifespan=lifespan)
+    app.state.sessions = sessions
+
+    @app.exception_handler(HTTPException)
+    def http_error(request: Request, exc: HTTPException) -> JSONResponse:  # unknown path, wrong method
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(BadRequest)
+    def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
+        return _error(exc.status, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    def bad_query(
+        request: Request, exc: RequestValidationError
+    ) -> JSONResponse:  # ?id= missing or not a number
+        err = exc.errors()[0]
+        return _error(400, f"{'.'.join(str(p) for p in err['loc'][1:]) or 'query'}: {err['msg']}")
+
+    @app.exception_handler(ClientDisconnect)
+    def gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        return _error(400, "the client disconnected before sending its body")
+
+    @app.exception_handler(Exception)
+    def server_fault(
+        request: Request, exc: Exception
+    ) -> JSONResponse:  # the environment failed, not the client
+        return _error(500, f"the environment failed ({type(exc).__name__}); the server log has the traceback")
+
+    async def body(request: Request, model: type[BaseModel]) -> Any:
+        raw = await read_json(request, limits.max_body_kb * 1024) if await _has_body(request) else None
+        return _validated(model, raw)
+
+    def pick(data_idx: int | None, row: dict[str, Any] | None) -> Task:
+        if row is not None:
+            try:
+                task = Task.from_row({**row, "env": row.get("env", env_name)})
+            except (KeyError, TypeError, ValueError) as e:
+                raise BadRequest(f"task: not a task row ({type(e).__name__}: {e})", "task") from None
+            if task.env != env_name:
+                raise BadRequest(f"task is for {task.env!r}; this server plays {env_name!r}", "task")
+            return task
+        idx = data_idx or 0
+        if not 0 <= idx < len(tasks):
+            raise BadRequest(
+                f"data_idx {idx} is out of range: this server has {len(tasks)} tasks", "data_idx"
+            )
+        return tasks[idx]
+
+    def reset(sid: int, session: Session, task: Task) -> dict[str, Any]:
+        with session.lock:
+            session.observation = session.env.reset(task)
+        return {"id": sid, "observation": session.observation, "reward": 0.0, "score": 0.0, "done": False}
+
+    @app.get("/")
+    def hello() -> str:
+        return f"This is environment {env_name} (gymflow)."
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "env": env_name,
+            "sessions": len(sessions.live),
+            "max_sessions": limits.max_sessions,
+            "ttl": limits.ttl,
+            "tasks": len(tasks),
+        }
+
+    @app.post("/create")
+    async def create(request: Request) -> dict[str, Any]:
+        req = await body(request, CreateBody)
+        task = pick(req.data_idx, req.task)  # before the environment exists: a bad task costs nothing
+        sid, session = await run_in_threadpool(sessions.open)
+        try:
+            return await run_in_threadpool(reset, sid, session, task)
+        except BaseException:
+            await run_in_threadpool(sessions.close, sid)
+            raise
+
+    @app.post("/reset")
+    async def reset_(request: Request) -> dict[str, Any]:
+        req = await body(request, ResetBody)
+        session = sessions.get(req.id)
+        return await run_in_threadpool(reset, req.id, session, pick(req.data_idx, req.task))
+
+    @app.post("/step")
+    async def step(request: Request) -> dict[str, Any]:
+        req = await body(request, StepBody)
+        session = sessions.get(req.id)
+
+        def play() -> dict[str, Any]:
+            with session.lock:
+                try:
+                    out = session.env.step(req.action)
+                except EpisodeOver:
+                    raise BadRequest(
+                        f"session {req.id}'s episode is over: reset it (POST /reset) to play again",
+                        status=409,
+                    ) from None
+                session.observation = out.observation
+                env = session.env
+            return {
+                "observation": out.observation,
+                "reward": out.reward,
+                "score": out.reward,
+                "done": out.done,
+                "turns": env.turns,
+            }
+
+        return await run_in_threadpool(play)
+
+    @app.get("/observation")
+    def observation(id: int) -> str:
+        return sessions.get(id).observation
+
+    @app.get("/available_actions")
+    def available_actions(id: int) -> list[str] | None:
+        session = sessions.get(id)
+        with session.lock:
+            return session.env.available_actions()
+
+    @app.get("/detail")
+    def detail(id: int) -> dict[str, Any]:
+        env = sessions.get(id).env
+        task = env.task.task_id if env.task else None
+        return {"id": id, "task_id": task, "turns": env.turns, "reward": env.reward, "done": env.done}
+
+    @app.get("/spec")
+    def spec_() -> dict[str, Any]:
+        return {"name": spec.name, "max_turns": spec.max_turns, "reward_range": list(spec.reward_range)}
+
+    @app.post("/close")
+    async def close(request: Request) -> dict[str, Any]:
+        req = await body(request, CloseBody)
+        sessions.get(req.id)  # 404 for an unknown one
+        await run_in_threadpool(sessions.close, req.id)
+        return {"id": req.id, "closed": True}
+
+    return app
+
+
+async def _has_body(request: Request) -> bool:
+    """AgentGym's BabyAI client creates with an empty POST."""
+    return request.headers.get("content-length", "0") != "0" or "chunked" in request.headers.get(
+        "transfer-encoding", ""
+    )
+
+
+def serve(
+    env_name: str,
+    tasks: list[Task],
+    host: str = "127.0.0.1",
+    port: int = 8100,
+    limits: EnvLimits | None = None,
+) -> None:
+    """Serve `env_name` until interrupted."""
+    limits = limits or EnvLimits()
+    sock = listen(host, port)
+    app = create_app(env_name, tasks, limits)
+    print(f"serving {env_name} ({len(tasks)} tasks by data_idx) at http://{host}:{port}", flush=True)
+    print(
+        f"limits: {limits.max_sessions} live sessions, closed after {limits.ttl:g} s idle, "
+        f"bodies <= {limits.max_body_kb} KB",
+        flush=True,
+    )
+    config = uvicorn.Config(app, access_log=False, timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+@contextmanager
+def running(env_name: str, *args: str, log: Path | None = None, timeout: float = 60.0) -> Iterator[str]:
+    """`gymflow serve-env env_name *args` in a process of its own on a free loopback port, up and answering
+    /health; its base URL. Stopped on exit; it dies with this process."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "gymflow", "serve-env", env_name, "--port", str(port), *args]
+    url = f"http://127.0.0.1:{port}"
+    with started(cmd, url + "/health", log, timeout):
+        yield url

@@ -1,0 +1,177 @@
+"""`gymflow serve-env` and `HttpEnv`: AgentGym's protocol, the same episodes as in process, real error codes,
+bounded sessions that expire, and a dead server that ends only its own episodes."""
+
+from dataclasses import replace
+
+import pytest
+import requests
+from fastapi.testclient import TestClient
+
+from gymflow.envs import make_env
+from gymflow.envs.instructions import build_splits
+from gymflow.envs.maze import Maze
+from gymflow.envs.textcraft import TextCraft
+from gymflow.errors import UserError
+from gymflow.remote.env_client import EnvMaker, EnvUnavailable, HttpEnv
+from gymflow.remote.env_server import EnvLimits, create_app, running
+from gymflow.rollout.expert import run_expert
+from gymflow.serving import free_port
+
+CRAFT = build_splits(TextCraft, 0, 4, seed=0)["eval"]
+MAZES = build_splits(Maze, 0, 3, seed=0)["eval"]
+
+
+@pytest.fixture(scope="module")
+def textcraft(tmp_path_factory):
+    """A real `gymflow serve-env textcraft` process."""
+    with running("textcraft", "--n", "4", log=tmp_path_factory.mktemp("srv") / "log.txt") as url:
+        yield url
+
+
+@pytest.fixture
+def app():
+    return TestClient(create_app("maze", MAZES, EnvLimits(max_sessions=2, ttl=60, max_body_kb=1)))
+
+
+def expert_actions(task) -> list[str]:
+    return [m.action for m in run_expert(make_env(task.env), task).messages if m.role == "assistant"]
+
+
+def test_agentgym_protocol_plays_a_textcraft_episode_as_in_process(textcraft):
+    """AgentGym's TextCraft client's calls, as it makes them: create with its body, reset by data_idx, step."""
+    task = CRAFT[2]  # a fresh draw of 4 eval tasks, seed 0: the server's --n 4 list
+    local = make_env("textcraft")
+    first = requests.post(f"{textcraft}/create", json={"commands": None, "goal": None}, timeout=10).json()
+    sid = first["id"]
+    assert first["done"] is False and first["reward"] == 0
+    reset = requests.post(f"{textcraft}/reset", json={"id": sid, "data_idx": 2}, timeout=10).json()
+    assert reset["observation"] == local.reset(task)
+    for action in expert_actions(task):
+        out = requests.post(f"{textcraft}/step", json={"id": sid, "action": action}, timeout=10).json()
+        step = local.step(action)
+        assert (out["observation"], out["reward"], out["score"], out["done"]) == (
+            step.observation,
+            step.reward,
+            step.reward,
+            step.done,
+        )
+    assert out["done"] and out["reward"] == 1.0
+    assert requests.get(f"{textcraft}/observation", params={"id": sid}, timeout=10).json() == step.observation
+    assert requests.post(f"{textcraft}/close", json={"id": sid}, timeout=10).json()["closed"] is True
+
+
+def test_agentgym_client_class_completes_an_episode(textcraft):
+    """AgentGym's own TextCraftEnvClient (not on PyPI: run with PYTHONPATH=<AgentGym>/agentenv)."""
+    module = pytest.importorskip("agentenv.envs.textcraft", reason="AgentGym's agentenv is not importable")
+    client = module.TextCraftEnvClient(env_server_base=textcraft, data_len=4)
+    local = make_env("textcraft")
+    assert client.reset(1)["observation"] == local.reset(CRAFT[1])
+    for action in expert_actions(CRAFT[1]):
+        out = client.step(f"Thought:\nnext.\n\nAction:\n{action}")
+        assert out.state == local.step(action).observation
+    assert out.done and out.reward == 1.0
+
+
+def test_http_env_plays_the_same_episode_as_the_local_env(textcraft):
+    remote, local = HttpEnv("textcraft", [textcraft]), make_env("textcraft")
+    try:
+        for task in CRAFT[:2]:  # the second reuses the session
+            assert remote.reset(task) == local.reset(task)
+            for action in [
+                *expert_actions(task)[:1],
+                "craft 99 nonsense using 1 air",
+                "x" * 400,
+                "inv\x00\u202eentory",
+            ]:
+                a, b = remote.step(action), local.step(action)
+                assert (a.observation, a.reward, a.done) == (b.observation, b.reward, b.done)
+            assert (remote.turns, remote.reward) == (local.turns, local.reward)
+        sid = remote.sid
+    finally:
+        remote.close()
+    res = requests.post(f"{textcraft}/step", json={"id": sid, "action": "inventory"}, timeout=10)
+    assert res.status_code == 404  # closed with the client
+
+
+def test_errors_are_4xx_with_a_message(app):
+    sid = app.post("/create").json()["id"]
+    assert app.post("/step", json={"id": sid + 7, "action": "x"}).status_code == 404
+    bad = [
+        app.post("/step", content=b"{not json"),
+        app.post("/step", json={"id": sid}),
+        app.post("/step", json={"id": "zero", "action": "x"}),
+        app.post("/reset", json={"id": sid, "data_idx": 3}),  # 3 tasks
+        app.post("/reset", json={"id": sid, "task": CRAFT[0].to_row()}),  # another environment's
+        app.post("/reset", json={"id": sid, "task": {"task_id": "t"}}),
+        app.get("/observation", params={"id": "x"}),
+    ]
+    for res in bad:
+        assert res.status_code == 400, res.text
+        assert res.json()["error"]
+    assert "out of range" in bad[3].json()["error"]
+    assert "this server plays 'maze'" in bad[4].json()["error"]
+    huge = app.post("/step", json={"id": sid, "action": "x" * 2000})
+    assert huge.status_code == 413
+    assert app.get("/nowhere").status_code == 404
+
+
+def test_a_finished_episode_answers_409_until_reset(app):
+    task = MAZES[0]
+    sid = app.post("/create", json={"task": task.to_row()}).json()["id"]
+    for action in expert_actions(task):
+        out = app.post("/step", json={"id": sid, "action": action}).json()
+    assert out["done"]
+    again = app.post("/step", json={"id": sid, "action": "move up"})
+    assert again.status_code == 409 and "reset" in again.json()["error"]
+    assert app.post("/reset", json={"id": sid, "data_idx": 1}).status_code == 200
+    assert app.post("/step", json={"id": sid, "action": "move up"}).status_code == 200
+
+
+def test_sessions_are_bounded_and_expire(app):
+    ids = [app.post("/create").json()["id"] for _ in range(2)]
+    full = app.post("/create")
+    assert full.status_code == 503 and full.headers["retry-after"] == "1"
+    assert app.get("/health").json()["sessions"] == 2
+    sessions = app.app.state.sessions
+    sessions.live[ids[0]].used -= 61  # idle longer than the TTL
+    assert sessions.expire() == 1
+    assert app.post("/step", json={"id": ids[0], "action": "move up"}).status_code == 404
+    assert app.post("/create").status_code == 200  # its place is free again
+    assert app.post("/close", json={"id": ids[1]}).status_code == 200
+    assert app.post("/close", json={"id": ids[1]}).status_code == 404
+
+
+def test_a_dead_server_is_skipped_for_the_next(textcraft):
+    dead = f"http://127.0.0.1:{free_port()}"
+    env = HttpEnv("textcraft", [dead, textcraft], retries=1)
+    try:
+        assert env.reset(CRAFT[0]) == make_env("textcraft").reset(CRAFT[0])
+        assert env.url == textcraft
+    finally:
+        env.close()
+    with pytest.raises(EnvUnavailable, match="ConnectionError"):
+        HttpEnv("textcraft", [dead], retries=0).reset(CRAFT[0])
+
+
+def test_a_server_of_another_environment_is_a_user_error(textcraft):
+    with pytest.raises(UserError, match="rollout.env_servers.maze: .* refused the task"):
+        HttpEnv("maze", [textcraft]).reset(MAZES[0])
+
+
+def test_env_maker_spreads_sessions_over_servers_and_keeps_others_local():
+    make = EnvMaker({"textcraft": ["http://a", "http://b"]}, offset=1)
+    first, second, third = (make("textcraft") for _ in range(3))
+    assert [e.first for e in (first, second, third)] == [1, 0, 1]
+    assert type(make("maze")) is Maze
+
+
+def test_a_server_that_dies_mid_episode_ends_that_episode_as_error(tmp_path):
+    with running("textcraft", "--n", "2") as url:
+        env = HttpEnv("textcraft", [url], retries=0)
+        env.reset(CRAFT[0])
+        env.step("inventory")
+    with pytest.raises(EnvUnavailable):  # the server is gone now
+        env.step("inventory")
+    assert env.sid is None
+    with pytest.raises(EnvUnavailable):
+        env.reset(replace(CRAFT[0]))
