@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,12 @@ def write_metrics(name: str, metrics: dict[str, Any]) -> Path:
     path = METRICS_DIR / f"{name}.json"
     write_text(path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def main_process() -> bool:
+    """Whether this process writes a stage's outputs: the only one, or the first of those `accelerate launch` (or
+    torchrun) started, which set RANK."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def iteration_arg(params: Params, stage: str) -> str:

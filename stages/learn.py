@@ -12,7 +12,7 @@ from pathlib import Path
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.models.build import load_tokenizer, resolve
-from gymflow.stage import iteration_arg, run_stage, write_metrics
+from gymflow.stage import iteration_arg, main_process, run_stage, write_metrics
 from gymflow.train.evol import kept_episodes, learning_set, sft_rows, write_kept
 from gymflow.train.sft import train_sft
 
@@ -41,8 +41,9 @@ def main() -> None:
         Path("data/plots/learn") / f"{name}.csv",
     )
     metrics |= {"start": start, "kept": {env: len(rows) for env, rows in sorted(by_env.items())}}
-    write_metrics(f"learn/{name}", metrics)
-    print(f"{name}: kept {metrics['kept']}, trained from {start} on {metrics['episodes']} episodes")
+    if main_process():  # under `accelerate launch`, the first process reports
+        write_metrics(f"learn/{name}", metrics)
+        print(f"{name}: kept {metrics['kept']}, trained from {start} on {metrics['episodes']} episodes")
 
 
 if __name__ == "__main__":

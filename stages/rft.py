@@ -11,7 +11,7 @@ from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve
-from gymflow.stage import required, run_stage, write_metrics
+from gymflow.stage import main_process, required, run_stage, write_metrics
 from gymflow.train.critic import critic_episodes
 from gymflow.train.offline import OFFLINE_DIR
 from gymflow.train.sft import train_sft
@@ -31,8 +31,9 @@ def main() -> None:
     kept = sum(
         e.success if sweet.rft.min_reward is None else e.reward >= sweet.rft.min_reward for e in episodes
     )
-    write_metrics("rft", {"episodes_kept": kept, **metrics})
-    print(f"rft: {kept} kept episodes of {len(episodes)}, {len(rows)} rows: {metrics}")
+    if main_process():  # under `accelerate launch`, the first process reports
+        write_metrics("rft", {"episodes_kept": kept, **metrics})
+        print(f"rft: {kept} kept episodes of {len(episodes)}, {len(rows)} rows: {metrics}")
 
 
 if __name__ == "__main__":

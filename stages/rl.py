@@ -1,6 +1,7 @@
 """Stage `rl`: multi-turn RL from `rl.start` (the SFT agent by default) with `rl.algorithm`.
 
     dvc repro rl                           # or: python -m stages.rl
+    accelerate launch --multi_gpu --num_processes 4 -m stages.rl   # a data-parallel update, same result
     dvc exp run -S rl.algorithm=grpo       # another preset; `python -m flows.rl_compare` runs them all
 Writes data/models/rl, data/rollouts/rl/it<iteration>.{episodes,turns}.parquet (every training episode, each
 reply with its advantage), data/plots/rl.csv (per iteration: reward, success, clip fraction, KL, entropy,
@@ -15,7 +16,7 @@ from gymflow.envs.base import Task
 from gymflow.envs.instructions import load_tasks
 from gymflow.errors import UserError
 from gymflow.models.build import resolve
-from gymflow.stage import run_stage, write_metrics
+from gymflow.stage import main_process, run_stage, write_metrics
 from gymflow.train.rl import train_rl
 
 
@@ -49,11 +50,12 @@ def main() -> None:
         Path("data/rollouts/rl"),
         Path("data/plots/rl.csv"),
     )
-    write_metrics("rl", metrics)
-    print(
-        f"rl ({rl.algorithm}): training success {metrics['success_first']:.3f} -> {metrics['success_last']:.3f} "
-        f"in {metrics['iterations']} iterations, {metrics['wall_seconds'] / 60:.1f} min"
-    )
+    if main_process():
+        write_metrics("rl", metrics)
+        print(
+            f"rl ({rl.algorithm}): training success {metrics['success_first']:.3f} -> {metrics['success_last']:.3f} "
+            f"in {metrics['iterations']} iterations, {metrics['wall_seconds'] / 60:.1f} min"
+        )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 loss on assistant tokens.
 
     dvc repro sft                 # or: python -m stages.sft
+    accelerate launch --multi_gpu --num_processes 4 -m stages.sft   # data-parallel, same result
 Writes data/models/sft (a Hugging Face model directory), data/plots/sft.csv (loss per step, `dvc plots show`)
 and data/metrics/sft.json (final loss, episodes, training tokens per second, wall time).
 """
@@ -11,7 +12,7 @@ from pathlib import Path
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.models.build import resolve
-from gymflow.stage import run_stage, write_metrics
+from gymflow.stage import main_process, run_stage, write_metrics
 from gymflow.train.sft import mixture, train_sft
 
 
@@ -27,8 +28,9 @@ def main() -> None:
     metrics = train_sft(
         resolve("data/models/init"), Path("data/models/sft"), data, params.sft, Path("data/plots/sft.csv")
     )
-    write_metrics("sft", metrics)
-    print(", ".join(f"{k} {v}" for k, v in metrics.items()))
+    if main_process():
+        write_metrics("sft", metrics)
+        print(", ".join(f"{k} {v}" for k, v in metrics.items()))
 
 
 if __name__ == "__main__":

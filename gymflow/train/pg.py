@@ -12,6 +12,12 @@ each reply's ids carry the loss. An update (`PolicyGradient.step`) is LOOP Algor
 
     learner = PolicyGradient(model, LearnerConfig(switches=switches(rl), lr=rl.lr, pad_id=tokenizer.pad_token_id))
     learner.step(learner.prepare(token_episodes(episodes, fmt)))   # gymflow.train.rl
+
+Data-parallel when torch.distributed is initialised (`gymflow.train.rl` under `accelerate launch`): every process
+holds the same episodes and weights; each optimizer step's forward passes (`length_chunks`, as one process cuts
+them) are dealt out over the processes, and the gradients and statistics summed (`all_reduce_gradients`). Each
+pass's loss is already weighted by the whole mini-batch (its episodes / the mini-batch's), so the sum is one
+process's gradient; the steps, clipping and KL abort follow from it alike everywhere.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from transformers import PreTrainedModel
 
@@ -106,8 +113,12 @@ class Prepared:
 class PolicyGradient:
     def __init__(self, model: PreTrainedModel, config: LearnerConfig) -> None:
         self.model, self.config, self.sw = model, config, config.switches
+        self.rank, self.processes = process_group()
+        self.device = next(model.parameters()).device
         warmup = config.warmup
         self.params = [p for p in model.parameters() if p.requires_grad]
+        if self.processes > 1:  # the first process's weights (LoRA adapters start random) everywhere
+            _broadcast(self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
         # Linear warm-up over the first `warmup` steps: Adam's first steps move every weight by about lr,
         # whatever its gradient's size, and that is where the KL to the sampler jumped.
@@ -119,7 +130,9 @@ class PolicyGradient:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.value = self.value_optimizer = None
         if self.sw.advantage == "gae":
-            self.value = ValueHead(model.config.hidden_size)
+            self.value = ValueHead(model.config.hidden_size).to(self.device)
+            if self.processes > 1:
+                _broadcast(list(self.value.parameters()))
             self.value_optimizer = torch.optim.AdamW(self.value.parameters(), lr=self.sw.value_lr)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.value_warm = self.sw.value_warmup == 0
@@ -144,6 +157,7 @@ class PolicyGradient:
             ids[i, : len(r.ids)] = torch.tensor(r.ids)
             mask[i, : len(r.ids)] = 1
             reply[i, : len(r.ids)] = torch.tensor(r.turns) > 0
+        ids, mask, reply = ids.to(self.device), mask.to(self.device), reply.to(self.device)
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         states = causal_lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
         where = reply.nonzero(as_tuple=True)
@@ -156,10 +170,11 @@ class PolicyGradient:
         shape = (len(rows), width)
         h = None
         if hidden:
-            h = torch.zeros(*shape, states.shape[-1]).index_put(where, before.detach().float())
+            h = torch.zeros(*shape, states.shape[-1], device=self.device)
+            h = h.index_put(where, before.detach().float())
         return (
-            torch.zeros(shape).index_put(where, logp),
-            torch.zeros(shape).index_put(where, entropy),
+            torch.zeros(shape, device=self.device).index_put(where, logp),
+            torch.zeros(shape, device=self.device).index_put(where, entropy),
             h,
             mask,
         )
@@ -183,11 +198,11 @@ class PolicyGradient:
             if self.sw.kl_coef > 0:
                 with self._reference() as reference:
                     ref_logp = self._forward(reference, rows)[0]
-            for j, i in enumerate(chunk):
+            for j, i in enumerate(chunk):  # kept on the CPU, where advantages are computed
                 n = len(episodes[i].ids)
-                old[i], untempered[i] = logp[j, :n], raw[j, :n]
-                ref[i] = ref_logp[j, :n] if ref_logp is not None else None
-                hid[i] = h[j, :n] if h is not None else None
+                old[i], untempered[i] = logp[j, :n].cpu(), raw[j, :n].cpu()
+                ref[i] = ref_logp[j, :n].cpu() if ref_logp is not None else None
+                hid[i] = h[j, :n].cpu() if h is not None else None
         ref = ref if self.sw.kl_coef > 0 else None
         return old, ref, (hid if self.value is not None else None), untempered
 
@@ -241,7 +256,7 @@ class PolicyGradient:
         advantages, returns = [], []
         for e, h, m in zip(episodes, hidden, masks, strict=True):
             reply = m.bool()
-            values = self.value(h[reply]).clamp(0, 1).double()
+            values = self._values(h[reply]).clamp(0, 1).double()
             adv, ret = gae(e.reward, values, self.sw.gamma, self.sw.lam)
             advantages.append(_scatter(adv.float(), reply))
             returns.append(_scatter(ret.float(), reply))
@@ -258,9 +273,13 @@ class PolicyGradient:
                 )
         return loss
 
+    def _values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The value head on hidden states kept on the CPU (`_score`), its predictions back there."""
+        return self.value(hidden.to(self.device)).to(hidden.device)
+
     def _value_step(self, hidden, targets, masks) -> float:
         self.value_optimizer.zero_grad()
-        pred = [_scatter(self.value(h[m.bool()]), m.bool()) for h, m in zip(hidden, masks, strict=True)]
+        pred = [_scatter(self._values(h[m.bool()]), m.bool()) for h, m in zip(hidden, masks, strict=True)]
         num = sum(((p - t) ** 2 * m).sum() for p, t, m in zip(pred, targets, masks, strict=True))
         loss = num / sum(m.sum() for m in masks)
         loss.backward()
@@ -277,27 +296,30 @@ class PolicyGradient:
         self, batch: Prepared, part: Sequence[int], units: Sequence[torch.Tensor]
     ) -> dict[str, float]:
         """Accumulate into the parameters' gradients the loss of the episodes `part` (their mean), in forward
-        passes of at most `max_tokens`; the part's sums of KL to the sampler, entropy and reply tokens."""
+        passes of at most `max_tokens`; the part's sums of KL to the sampler, entropy and reply tokens. Under
+        several processes, this process's passes only (every `processes`-th): `step` sums over processes."""
         sums = dict.fromkeys(
             ("kl", "entropy", "reply_tokens", "clipped", "units", "tokens", "kl_ref", "value_loss"), 0.0
         )
-        for chunk in length_chunks(part, lambda i: len(batch.episodes[i].ids), self.config.max_tokens):
+        chunks = length_chunks(part, lambda i: len(batch.episodes[i].ids), self.config.max_tokens)
+        for chunk in chunks[self.rank :: self.processes]:
             rows = [batch.episodes[i] for i in chunk]
             logp, entropy, h, mask = self._forward(self.model, rows, hidden=self.value is not None)
-            old = _pad([batch.old_logp[i] for i in chunk], logp.shape[1])
-            adv = _pad([batch.advantages[i] for i in chunk], logp.shape[1])
-            unit = _pad([units[i] for i in chunk], logp.shape[1]).long()
+            width, device = logp.shape[1], self.device
+            old = _pad([batch.old_logp[i] for i in chunk], width, device)
+            adv = _pad([batch.advantages[i] for i in chunk], width, device)
+            unit = _pad([units[i] for i in chunk], width, device).long()
             reply = (unit > 0).float()
             parts = clipped_objective(logp, old, adv, unit, self.sw.clip)
             loss = parts.loss
             if self.sw.kl_coef > 0:
-                ref = _pad([batch.ref_logp[i] for i in chunk], logp.shape[1])
+                ref = _pad([batch.ref_logp[i] for i in chunk], width, device)
                 kl_ref = kl_penalty(logp, ref, reply)
                 loss = loss + self.sw.kl_coef * kl_ref
                 sums["kl_ref"] += float(kl_ref.detach()) * len(chunk) / len(part)
             (loss * len(chunk) / len(part)).backward()
             if self.value is not None:
-                ret = _pad([batch.returns[i] for i in chunk], logp.shape[1])
+                ret = _pad([batch.returns[i] for i in chunk], width, device)
                 pred = self.value(h)
                 value_loss = (((pred - ret) ** 2) * reply).sum() / reply.sum()
                 (value_loss * len(chunk) / len(part)).backward()
@@ -327,6 +349,8 @@ class PolicyGradient:
                 if self.value is not None:
                     self.value_optimizer.zero_grad()
                 got = self.backward(batch, part, units)
+                if self.processes > 1:
+                    got = self._all_reduce(got)
                 sums["clipped"] += got["clipped"]
                 sums["units"] += got["units"]
                 sums["kl_ref"] += got["kl_ref"]
@@ -364,16 +388,57 @@ class PolicyGradient:
             out["value_loss"] = sums["value_loss"] / steps
         return out
 
+    def _all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
+        """Every process's gradients and statistics of a mini-batch summed: one process's."""
+        all_reduce_gradients(self.params)
+        if self.value is not None:
+            all_reduce_gradients(list(self.value.parameters()))
+        totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
+        dist.all_reduce(totals)
+        return dict(zip(sums, totals.tolist(), strict=True))
+
     def units(self, batch: Prepared) -> list[torch.Tensor]:
         """Each kept episode's importance-weight unit per id, at the switches' level."""
         return [torch.tensor(unit_ids(e.turns, self.sw.level)) for e in batch.episodes]
 
 
-def _pad(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+def process_group() -> tuple[int, int]:
+    """This process's rank and the number of processes: (0, 1) unless torch.distributed is initialised."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_reduce_gradients(params: Sequence[torch.Tensor]) -> None:
+    """Sum each parameter's gradient over the processes, one flat all-reduce per dtype. A parameter no process
+    has a gradient for keeps none (AdamW skips it, as in one process); one only some have counts zero elsewhere."""
+    device = params[0].device
+    has = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
+    dist.all_reduce(has)
+    live = [p for p, n in zip(params, has.tolist(), strict=True) if n]
+    for p in live:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    for dtype in dict.fromkeys(p.grad.dtype for p in live):  # the same order in every process
+        grads = [p.grad for p in live if p.grad.dtype == dtype]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        for g, total in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+            g.copy_(total.view_as(g))
+
+
+def _broadcast(params: Sequence[torch.Tensor]) -> None:
+    """The first process's values of `params` in every process."""
+    with torch.no_grad():
+        for p in params:
+            dist.broadcast(p.data, src=0)
+
+
+def _pad(rows: Sequence[torch.Tensor], width: int, device: torch.device | None = None) -> torch.Tensor:
     out = torch.zeros(len(rows), width, dtype=rows[0].dtype)
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
-    return out
+    return out.to(device) if device is not None else out
 
 
 def _scatter(values: torch.Tensor, reply: torch.Tensor) -> torch.Tensor:

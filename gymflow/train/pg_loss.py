@@ -43,7 +43,7 @@ def clipped_objective(
     in_loss = (units > 0).to(logp.dtype)
 
     def per_unit(x: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(b, n_units, dtype=x.dtype).scatter_add_(1, index, x * in_loss)
+        return torch.zeros(b, n_units, dtype=x.dtype, device=x.device).scatter_add_(1, index, x * in_loss)
 
     tokens = per_unit(torch.ones_like(logp))[:, 1:]  # tokens per unit; 0: no such unit in this row
     present = (tokens > 0).to(logp.dtype)

@@ -6,6 +6,12 @@ advantage it was weighted with), its statistics to a CSV that `dvc plots` draws,
 checkpoint (written whole or not at all), so an interrupted run resumes at the next iteration with the same
 draws and ends with the outputs of a run that was never stopped. The turn limit of
 training rollouts follows `rl.horizon` (ScalingInter-RL); evaluation keeps each environment's own.
+
+Under `accelerate launch` the update is data-parallel (`gymflow.train.pg`). The first process plays the
+iteration's episodes and broadcasts them: the others wait, all train on the same episodes. Every process
+sampling the same episodes from the same seed would spare the broadcast but depends on bitwise-equal sampling on
+every device, and would play each episode N times against environment servers and vLLM endpoints. The first
+process alone writes rollouts, curve, checkpoints and model.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from accelerate import PartialState
 from transformers import AutoModelForCausalLM
 
 from gymflow.agent.chat import ChatFormat
@@ -26,17 +35,21 @@ from gymflow.envs.base import Task
 from gymflow.models.build import load_tokenizer, lora_config
 from gymflow.models.files import checkpoint_dir, save_model, weights_hash
 from gymflow.rollout.agenttraj import write_episodes
-from gymflow.rollout.engine import EarlyStop, SamplingConfig, episode_turns, rollout
+from gymflow.rollout.distributed import LOCAL, Placement, play_jobs
+from gymflow.rollout.engine import EarlyStop, SamplingConfig, episode_turns
 from gymflow.rollout.records import Episode, RunInfo, config_hash
 from gymflow.store.io import is_intact, table_path, write_csv
 from gymflow.train.draws import draw_tasks, iteration_seed
-from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
+from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode, process_group
 from gymflow.train.presets import switches
 from gymflow.train.state import load_state, save_state
 
 # Wall-clock figures of an iteration: kept in the checkpoint for the metrics, left out of the curve, whose
 # bytes then follow from the inputs alone (a rerun writes the same file).
 TIMINGS = ("rollout_s", "update_s", "train_tokens_per_s", "seconds")
+# How long the other processes wait for the first one's rollouts (torch's default, 10-30 min, ends a long
+# iteration's run with a timeout).
+ROLLOUT_WAIT = timedelta(hours=6)
 
 
 def token_episodes(episodes: list[Episode], fmt: ChatFormat) -> list[TokenEpisode]:
@@ -60,10 +73,13 @@ def train_rl(
     rollout_dir: Path,
     curve_path: Path,
 ) -> dict[str, Any]:
-    """Train the agent in `start_dir` for `rl.iterations` and save it to `out_dir`; the run's summary."""
+    """Train the agent in `start_dir` for `rl.iterations` and save it to `out_dir`; the run's summary (empty in
+    all but the first of several processes)."""
+    # joins the processes `accelerate launch` started (gloo on CPUs, NCCL on GPUs); one process: nothing to join
+    processes = PartialState(cpu=not torch.cuda.is_available(), timeout=ROLLOUT_WAIT)
     tokenizer = load_tokenizer(start_dir)
     fmt = ChatFormat(tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32).to(processes.device)
     sampler = model
     if rl.lora_rank:
         from peft import get_peft_model
@@ -72,6 +88,7 @@ def train_rl(
         sampler = model.get_base_model()  # the adapters are inside it: it samples with them
     cfg = rollout_cfg
     sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    where = Placement.of(rollout_cfg)  # no policy name: it samples with the weights it trains, never a server
     config = LearnerConfig(
         switches=switches(rl),
         lr=rl.lr,
@@ -84,16 +101,17 @@ def train_rl(
     learner = PolicyGradient(model, config)
     run_key = config_hash([rl.model_dump(), sampling.__dict__, weights_hash(model), sorted(tasks)])
     checkpoint = checkpoint_dir(out_dir, run_key) / "state.pt"
-    rows = _restore(checkpoint, learner)
+    with processes.main_process_first():  # the first removes a checkpoint it cannot resume before others read
+        rows = _restore(checkpoint, learner, rollout_dir)
+    if not processes.is_main_process:
+        for it in range(len(rows) + 1, rl.iterations + 1):
+            run_iteration(learner, sampler, fmt, tasks, rl, sampling, it, rollout_dir, run_key, where)
+        return {}
     if rows:
         print(f"resuming after iteration {len(rows)} from {checkpoint}")
-    if not _rollouts_intact(rollout_dir, len(rows)):  # their episodes came from weights no longer at hand
-        print(f"{rollout_dir} lacks whole tables of iterations 1-{len(rows)}: starting afresh")
-        shutil.rmtree(checkpoint.parent)
-        return train_rl(start_dir, out_dir, tasks, rl, rollout_cfg, rollout_dir, curve_path)
     _clear_rollouts(rollout_dir, after=len(rows))
     for it in range(len(rows) + 1, rl.iterations + 1):
-        row = run_iteration(learner, sampler, fmt, tasks, rl, sampling, it, rollout_dir, run_key)
+        row = run_iteration(learner, sampler, fmt, tasks, rl, sampling, it, rollout_dir, run_key, where)
         rows.append(row)
         _write_curve(curve_path, rows)
         _save(checkpoint, learner, rows)
@@ -117,22 +135,31 @@ def run_iteration(
     it: int,
     rollout_dir: Path,
     run_key: str,
-) -> dict[str, Any]:
-    """Collect K rollouts per drawn task, update once, and write the episodes; the iteration's statistics."""
+    where: Placement = LOCAL,
+) -> dict[str, Any] | None:
+    """Collect K rollouts per drawn task (placed as `where` says), update once, and write the episodes; the
+    iteration's statistics. Under several processes the first plays and writes (the others get None), all
+    update. An episode whose environment server failed (`end_reason` error) is stored but not trained on: its
+    reward is not its outcome."""
+    if learner.rank > 0:
+        batch = learner.prepare(_from_first_process(None))
+        learner.step(batch)
+        return None
     generator = torch.Generator().manual_seed(iteration_seed(rl.seed, it))
     limit = rl.turn_limit(it)
     early = EarlyStop(rl.early_stop, 4) if rl.early_stop else None
     policy_hash = weights_hash(learner.model)
     began = start = time.perf_counter()
     drawn = {env: draw_tasks(env_tasks, rl.tasks[env], rl.seed, it) for env, env_tasks in tasks.items()}
-    episodes, jobs = sample_groups(sampler, fmt, drawn, rl.samples, sampling, generator, limit, early)
+    episodes, jobs = sample_groups(sampler, fmt, drawn, rl.samples, sampling, generator, limit, early, where)
     rollout_s = time.perf_counter() - start
-    rollouts = token_episodes(episodes, fmt)
+    played = [ep for ep in episodes if ep.end_reason != "error"]
+    rollouts = _from_first_process(token_episodes(played, fmt))
     start = time.perf_counter()
     batch = learner.prepare(rollouts)
     stats = batch.stats | learner.step(batch)
     update_s = time.perf_counter() - start
-    _record_advantages(episodes, rollouts, batch)
+    _record_advantages(played, rollouts, batch)
     info = RunInfo("main", "rl", it, f"{rl.algorithm}@{it - 1}", policy_hash, run_key)
     write_episodes(rollout_dir, f"it{it:03d}", episodes, info)
     row: dict[str, Any] = {
@@ -159,9 +186,10 @@ def sample_groups(
     generator: torch.Generator,
     limit: int | None = None,
     early: EarlyStop | None = None,
+    where: Placement = LOCAL,
 ) -> tuple[list[Episode], int]:
-    """`samples` rollouts of every drawn task (a group each), at most `limit` turns; the finished episodes
-    and how many were asked for (early stop cancels the rest)."""
+    """`samples` rollouts of every drawn task (a group each), at most `limit` turns, placed as `where` says; the
+    finished episodes and how many were asked for (early stop cancels the rest)."""
     sampler.eval()
     episodes: list[Episode] = []
     jobs = 0
@@ -169,8 +197,17 @@ def sample_groups(
         env_jobs = [(t, k) for t in env_tasks for k in range(samples)]
         jobs += len(env_jobs)
         horizon = min(limit, ENVS[env].spec.max_turns) if limit else None
-        episodes += rollout(sampler, fmt, env_jobs, sampling, horizon, generator, early)
+        episodes += play_jobs(sampler, fmt, env_jobs, sampling, horizon, generator, early, where)
     return episodes, jobs
+
+
+def _from_first_process(rollouts: list[TokenEpisode] | None) -> list[TokenEpisode]:
+    """The first process's episodes, in every process (as they are, in one)."""
+    if process_group()[1] == 1:
+        return rollouts
+    box = [rollouts]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def run_metrics(rows: list[dict[str, Any]], rl: RLParams) -> dict[str, Any]:
@@ -233,11 +270,17 @@ def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> No
     save_state(path, state)
 
 
-def _restore(path: Path, learner: PolicyGradient) -> list[dict[str, Any]]:
+def _restore(path: Path, learner: PolicyGradient, rollout_dir: Path) -> list[dict[str, Any]]:
     """The rows of the iterations in the checkpoint at `path`, with the learner set to its state after them;
-    none if there is no checkpoint. A checkpoint that cannot be read counts as none: the run starts afresh."""
+    none if there is no checkpoint. A checkpoint that cannot be read, or whose iterations' rollout tables are
+    not all whole in `rollout_dir`, is removed and counts as none: the run starts afresh."""
     state = load_state(path)
     if state is None:
+        return []
+    # the episodes of the missing tables came from weights no longer at hand
+    if not _rollouts_intact(rollout_dir, len(state["rows"])):
+        print(f"{rollout_dir} lacks whole tables of iterations 1-{len(state['rows'])}: starting afresh")
+        shutil.rmtree(path.parent)
         return []
     learner.model.load_state_dict(state["model"])
     learner.optimizer.load_state_dict(state["optimizer"])

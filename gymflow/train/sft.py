@@ -7,6 +7,11 @@ on in one shuffled pass: environments that learn slowly get more passes without 
 Checkpoints go beside the output ten times per run, each visible only once complete, so an interrupted run
 (Ctrl-C or `kill -9`) resumes from the last one and ends with the weights, curve and metrics of a run that was
 never stopped.
+
+Data-parallel under `accelerate launch` (`--multi_gpu --num_processes N`: torchrun's processes, NCCL on GPUs,
+gloo on CPUs): `sft.batch_size` is the global batch, every process reads the same global batches in one process's
+order and trains on its rows (`process_share`), so N processes take one process's optimizer steps on the same
+examples. The first process alone writes checkpoints, curve and model.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.data_loader import BatchSamplerShard
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
@@ -26,6 +32,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import SFTConfig, SFTTrainer
 
 from gymflow.config import SFTParams
+from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, lora_config
 from gymflow.models.files import checkpoint_dir, save_model, weights_hash
 from gymflow.rollout.records import config_hash
@@ -68,9 +75,30 @@ class AssistantLossTrainer(SFTTrainer):
     saving) and also returns entropy and token accuracy. On CPU with a small vocabulary that kernel is most of
     the step: this loss is the same number (tests/test_sft.py) and trains 1.9x faster here
     (`benchmarks/sft_throughput.py`). Data, masks, batching, checkpoints and LoRA stay TRL's.
+
+    Under several processes each one loads the whole global batch and trains on its share of the rows
+    (`process_share`). Accelerate's own sharding, per-process batches of batch_size / N, would group lengths by
+    that smaller batch (another order than one process's) and fill a short last batch with repeated examples;
+    this way N processes train on exactly one process's batches.
     """
 
+    def get_train_dataloader(self):
+        loader = super().get_train_dataloader()
+        if self.accelerator.num_processes > 1:
+            shard = loader.batch_sampler
+            if not isinstance(shard, BatchSamplerShard):  # accelerate shards otherwise: fail, not mis-train
+                raise RuntimeError(f"expected accelerate's BatchSamplerShard, got {type(shard).__name__}")
+            # every process reads every global batch (the Trainer's own passthrough for rank-aware samplers), and
+            # a short last batch as it is, not filled up with the first batch's examples
+            shard.num_processes, shard.process_index, shard.even_batches = 1, 0, False
+        return loader
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        processes = self.accelerator.num_processes
+        if processes > 1:
+            # the global batch's target tokens (labels shift by one), whatever the Trainer counted
+            num_items_in_batch = (inputs["labels"][:, 1:] != -100).sum()
+            inputs, weight = process_share(inputs, self.accelerator.process_index, processes)
         outputs = model(
             input_ids=inputs["input_ids"],
             attention_mask=inputs.get("attention_mask"),
@@ -78,7 +106,21 @@ class AssistantLossTrainer(SFTTrainer):
             labels=inputs["labels"],
             num_items_in_batch=num_items_in_batch,
         )
-        return (outputs.loss, outputs) if return_outputs else outputs.loss
+        loss = outputs.loss * weight if processes > 1 else outputs.loss
+        return (loss, outputs) if return_outputs else loss
+
+
+def process_share(batch: dict[str, Any], rank: int, processes: int) -> tuple[dict[str, Any], float]:
+    """Process `rank`'s rows of a global batch (every `processes`-th from row `rank`) and the weight of its loss.
+
+    The loss is the share's target-token sum over the global batch's count (`num_items_in_batch`) and DDP
+    averages gradients over processes, so a weight of `processes` makes the reduced gradient the global batch's,
+    and the logged loss (a mean over processes) its mean. A share with no row (a last batch shorter than
+    `processes`) trains row 0 at weight 0: the process still joins the gradient all-reduce."""
+    n = len(batch["input_ids"])
+    rows = slice(rank, None, processes) if rank < n else slice(0, 1)
+    share = {k: v[rows] if torch.is_tensor(v) and v.dim() and len(v) == n else v for k, v in batch.items()}
+    return share, float(processes) if rank < n else 0.0
 
 
 class Checkpoints(TrainerCallback):
@@ -106,6 +148,10 @@ class Checkpoints(TrainerCallback):
             control.should_log = True
 
     def on_save(self, args, state, control, **kwargs):
+        if args.world_size > 1:  # every process has written its part (RNG state) before the first moves it
+            torch.distributed.barrier()
+        if not state.is_world_process_zero:
+            return
         name = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         (self.root / STAGING / name / RUN_STATE).write_text(json.dumps({"seconds": self.seconds()}))
         if (self.root / name).exists():
@@ -124,7 +170,7 @@ class CurveWriter(TrainerCallback):
         self.path = path
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
+        if logs and "loss" in logs and state.is_world_process_zero:
             write_curve(self.path, state.log_history)
 
 
@@ -204,8 +250,9 @@ def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTCo
     """TRL's configuration for `cfg`: one pass over the mixture (`mixture`), assistant-only loss,
     length-grouped batches, ten checkpoints (written to `output_dir`; `Checkpoints` renames each into place).
     Tokenized rows bring their own loss mask (`assistant_masks`, which TRL turns into labels), so the chat
-    template's markers are not needed for them."""
-    return SFTConfig(
+    template's markers are not needed for them. `cfg.batch_size` is the global batch: under N processes each
+    trains on batch_size / N of its rows (`AssistantLossTrainer`)."""
+    args = SFTConfig(
         output_dir=str(output_dir),
         num_train_epochs=1,
         per_device_train_batch_size=cfg.batch_size,
@@ -227,6 +274,12 @@ def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTCo
         report_to=[],
         disable_tqdm=False,
     )
+    if cfg.batch_size % args.world_size:
+        raise UserError(
+            f"sft.batch_size {cfg.batch_size} does not divide among {args.world_size} processes: "
+            f"make it a multiple of {args.world_size} (it is the global batch) or launch fewer processes"
+        )
+    return args
 
 
 def train_sft(
@@ -239,9 +292,10 @@ def train_sft(
     # Checkpoints of this exact run only: other parameters, starting weights or data start afresh.
     run_key = config_hash([cfg.model_dump(), weights_hash(model), [config_hash(row) for row in data]])
     root = checkpoint_dir(out_dir, run_key)
-    resume = last_checkpoint(root)
-    checkpoints = Checkpoints(root, _seconds_before(resume))
     args = sft_args(cfg, root / STAGING, tokenized="input_ids" in data[0])
+    with args.main_process_first(local=False):  # the first process clears partial checkpoints, then all read
+        resume = last_checkpoint(root)
+    checkpoints = Checkpoints(root, _seconds_before(resume))
     trainer = AssistantLossTrainer(
         model=model,
         args=args,
@@ -253,10 +307,11 @@ def train_sft(
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     wall = checkpoints.seconds()
     history = trainer.state.log_history  # a resumed run's holds the steps before the checkpoint too
-    write_curve(curve_path, history)
     tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
-    save_model(trainer.model, tokenizer, out_dir)
-    shutil.rmtree(root.parent, ignore_errors=True)
+    if trainer.is_world_process_zero():  # the others hold the same weights
+        write_curve(curve_path, history)
+        save_model(trainer.model, tokenizer, out_dir)
+        shutil.rmtree(root.parent, ignore_errors=True)
     return {
         "train_loss": round(mean_loss(history), 4),
         "episodes": len(data),
