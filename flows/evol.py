@@ -13,26 +13,28 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
-from flows.dvc_tasks import repro
+from flows.dvc_tasks import pull_outputs, repro
 from gymflow.config import load_params
 
 STEPS = ["explore", "learn", "evaluate_evol"]  # all heavy: generation or training
 
 
 @flow(name="gymflow-evol-iteration", flow_run_name="iteration {name}")
-def iteration(name: str, repo: str) -> None:
+def iteration(name: str, repo: str, pools: bool = False) -> None:
     for step in STEPS:
-        repro.with_options(name=f"repro-{step}@{name}", tags=["gpu"])(f"{step}@{name}", repo)
+        repro.with_options(name=f"repro-{step}@{name}", tags=["gpu"])(f"{step}@{name}", repo, pools)
 
 
 @flow(name="gymflow-evol", log_prints=True)
-def evol(repo: str = ".") -> list[dict[str, str]]:
+def evol(repo: str = ".", pools: bool = False) -> list[dict[str, str]]:
     params = load_params(Path(repo) / "params.yaml")
     if params.evol is None:
         return []
     for name in params.evol.iterations:
-        iteration(name, repo)
-    repro.with_options(name="repro-plot_evol")("plot_evol", repo)
+        iteration(name, repo, pools)
+    repro.with_options(name="repro-plot_evol")("plot_evol", repo, pools)
+    if pools:  # built on another machine: the table comes through the DVC remote
+        pull_outputs(repo, "data/plots/evol.csv")
     with (Path(repo) / "data/plots/evol.csv").open() as f:
         rows = list(csv.DictReader(f))
     create_table_artifact(

@@ -6,7 +6,11 @@ stage whose inputs did not change is skipped by DVC. Heavy stages carry the tag 
 limit (`prefect concurrency-limit create gpu 1`) holds them to one at a time across all runs. The evaluation
 table is posted as an artifact.
 
-    python -m flows.pipeline               # run once
+With `pools`, every stage is a flow run on a work pool instead, the `gpu`-tagged ones on gymflow-gpu, the rest
+on gymflow-cpu, each on whichever machine's worker takes it (flows/dvc_tasks.py; set up by flows/deploy.py).
+
+    python -m flows.pipeline               # run once, every stage in this process
+    python -m flows.pipeline --pools       # run once, every stage on a worker of its pool
     python -m flows.pipeline --serve       # a deployment on a nightly schedule (see the README)
 """
 
@@ -19,7 +23,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
-from flows.dvc_tasks import repro
+from flows.dvc_tasks import pull_outputs, repro
 from flows.evol import evol
 
 STAGES = ["params", "instructions", "trajectories", "init_model", "sft", "evaluate@init", "evaluate@sft"]
@@ -42,13 +46,17 @@ def evaluation_rows(repo: str) -> list[dict[str, object]]:
 
 
 @flow(name="gymflow-pipeline", log_prints=True)
-def pipeline(repo: str = ".", stages: list[str] = STAGES) -> list[dict[str, object]]:
+def pipeline(
+    repo: str = ".", stages: list[str] = STAGES, rl: list[str] = RL, pools: bool = False
+) -> list[dict[str, object]]:
     for stage in stages:
         tags = ["gpu"] if stage in HEAVY else []
-        repro.with_options(name=f"repro-{stage}", tags=tags)(stage, repo)
-    evol(repo)
-    for stage in RL:
-        repro.with_options(name=f"repro-{stage}", tags=["gpu"])(stage, repo)
+        repro.with_options(name=f"repro-{stage}", tags=tags)(stage, repo, pools)
+    evol(repo, pools)
+    for stage in rl:
+        repro.with_options(name=f"repro-{stage}", tags=["gpu"])(stage, repo, pools)
+    if pools:  # the evaluations ran on other machines: their metrics come from the DVC remote
+        pull_outputs(repo, "data/metrics/evaluate")
     rows = evaluation_rows(repo)
     if rows:
         create_table_artifact(
@@ -61,4 +69,4 @@ if __name__ == "__main__":
     if "--serve" in sys.argv:
         pipeline.serve(name="nightly", cron="0 3 * * *", parameters={"repo": str(Path.cwd())})
     else:
-        pipeline(repo=str(Path.cwd()))
+        pipeline(repo=str(Path.cwd()), pools="--pools" in sys.argv)

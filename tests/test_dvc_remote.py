@@ -1,0 +1,192 @@
+"""Shared DVC storage: a tiny DVC project pushed to a local-directory remote from one clone is pulled by another
+(another machine) without rerunning a stage; the commands a pool's worker runs for a stage
+(flows.dvc_tasks.bring_up_to_date) rerun a stage made stale elsewhere and download nothing for an up-to-date
+one; and which of the real pipeline's outputs a remote cannot carry."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.dvc_tasks import bring_up_to_date, has_remote, pull_outputs
+from gymflow.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"}
+ENV |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+# prepare -> train (heavy in the Prefect test: its name is in flows.pipeline.HEAVY) -> report
+MAKE = """import json, sys
+from pathlib import Path
+
+import yaml
+
+step = sys.argv[1]
+params = yaml.safe_load(open("params.yaml"))
+if step == "prepare":
+    Path("data/a.txt").write_text(params["text"] + "\\n")
+elif step == "train":
+    factor = params["factor"]
+    Path("data/b").mkdir(exist_ok=True)
+    Path("data/b/x.txt").write_text(Path("data/a.txt").read_text() * factor)
+    Path("data/metrics").mkdir(exist_ok=True)
+    Path("data/metrics/train.json").write_text(json.dumps({"factor": factor}))
+elif step == "report":
+    Path("data/r.txt").write_text(str(len(Path("data/b/x.txt").read_text())))
+"""
+
+DVC_YAML = """stages:
+  prepare:
+    cmd: python make.py prepare
+    deps: [make.py]
+    params: [text]
+    outs: [data/a.txt]
+  train:
+    cmd: python make.py train
+    deps: [make.py, data/a.txt]
+    params: [factor]
+    outs:
+      - data/b:
+          persist: true
+    metrics: [data/metrics/train.json]
+  report:
+    cmd: python make.py report
+    deps: [make.py, data/b]
+    outs: [data/r.txt]
+"""
+
+
+def run(cmd: list[str], cwd: Path) -> str:
+    out = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"{cmd} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out.stdout
+
+
+def dvc(*args: str, cwd: Path) -> str:
+    return run([sys.executable, "-m", "dvc", *args], cwd)
+
+
+def make_project(path: Path, remote: Path | None, dvc_yaml: str = DVC_YAML, make: str = MAKE) -> Path:
+    """A git + DVC project at `path` whose default remote is the directory `remote` (if any), committed."""
+    path.mkdir()
+    (path / "make.py").write_text(make)
+    (path / "dvc.yaml").write_text(dvc_yaml)
+    (path / "params.yaml").write_text("text: a\nfactor: 2\n")
+    (path / "data").mkdir()
+    (path / "data/.gitkeep").touch()
+    run(["git", "init", "-q"], path)
+    dvc("init", "-q", cwd=path)
+    if remote:
+        dvc("remote", "add", "-d", "storage", str(remote), cwd=path)
+    commit(path, "project")
+    return path
+
+
+def commit(path: Path, message: str) -> None:
+    run(["git", "add", "-A"], path)
+    run(["git", "commit", "-qm", message], path)
+
+
+def outputs(path: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file DVC tracks under data/ (not git's .gitignore and .gitkeep): its bytes and modification time."""
+    files = [p for p in (path / "data").rglob("*") if p.is_file() and not p.name.startswith(".git")]
+    return {str(p.relative_to(path)): (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+
+
+def ran(out: str) -> list[str]:
+    return [line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The project built and pushed on a first machine, dvc.lock committed (what a second clone gets)."""
+    root = tmp_path_factory.mktemp("remote")
+    first = make_project(root / "first", root / "storage")
+    assert ran(dvc("repro", cwd=first)) == ["prepare", "train", "report"]
+    dvc("push", cwd=first)
+    commit(first, "built")
+    return first
+
+
+def test_a_second_clone_pulls_the_same_outputs_and_repro_pull_reruns_nothing(built):
+    first = {name: data for name, (data, _) in outputs(built).items()}
+    assert set(first) == {"data/a.txt", "data/b/x.txt", "data/metrics/train.json", "data/r.txt"}
+    for command in (["pull"], ["repro", "--pull"]):  # the two ways a machine gets what another built
+        clone = built.parent / "-".join(["clone", *command])
+        run(["git", "clone", "-q", str(built), str(clone)], built.parent)
+        assert outputs(clone) == {}
+        out = dvc(*command, cwd=clone)
+        assert {name: data for name, (data, _) in outputs(clone).items()} == first
+        assert ran(out) == []
+        before = outputs(clone)
+        out = dvc("repro", "--pull", cwd=clone)
+        assert ran(out) == [] and outputs(clone) == before  # nothing rerun, not a file rewritten
+        assert "up to date" in dvc("status", cwd=clone)
+
+
+def clone(source: Path, name: str) -> Path:
+    path = source.parent / name
+    run(["git", "clone", "-q", str(source), str(path)], source.parent)
+    return path
+
+
+def test_a_stage_made_stale_elsewhere_reruns_on_a_fresh_machine_and_an_up_to_date_one_downloads_nothing(
+    tmp_path,
+):
+    first = make_project(tmp_path / "first", tmp_path / "storage")
+    dvc("repro", cwd=first)
+    # the first machine changes `prepare` and reruns it alone: train's dvc.lock entry is now stale
+    (first / "params.yaml").write_text("text: A\nfactor: 2\n")
+    assert ran(dvc("repro", "-s", "prepare", cwd=first)) == ["prepare"]
+    dvc("push", cwd=first)
+    commit(first, "prepare changed")
+
+    # DVC's `repro --pull -s` on a machine without data/a.txt cannot see that it changed: it skips train and
+    # checks out train's stale outputs (why a pool's worker runs `bring_up_to_date`, which has no -s)
+    fooled = clone(first, "fooled")
+    assert ran(dvc("repro", "--pull", "-s", "train", cwd=fooled)) == []
+    assert (fooled / "data/b/x.txt").read_text() == "a\n" * 2
+
+    worker = clone(first, "worker")
+    assert has_remote(str(worker))  # .dvc/config, committed, names the remote
+    out = "".join(dvc(*command, cwd=worker) for command in bring_up_to_date("train"))
+    assert ran(out) == ["train"]  # prepare is not rerun, report (downstream) is not touched
+    assert (worker / "data/b/x.txt").read_text() == "A\n" * 2
+    assert sorted(outputs(worker)) == ["data/a.txt", "data/b/x.txt", "data/metrics/train.json"]
+    commit(worker, "train rerun")  # the dvc.lock the worker returns, as the next machine gets it
+
+    fresh = clone(worker, "fresh")
+    out = "".join(dvc(*command, cwd=fresh) for command in bring_up_to_date("train"))
+    assert ran(out) == [] and outputs(fresh) == {}  # up to date: nothing run, nothing downloaded
+    dvc("pull", "train", cwd=fresh)  # what the worker pushed
+    assert (fresh / "data/b/x.txt").read_text() == "A\n" * 2
+
+
+def test_the_real_pipelines_outputs_all_travel_through_a_remote():
+    """Outputs with `cache: false` are never pushed: another machine could not pull them (with --pools,
+    `pull_outputs` stops with a UserError for one). `persist: true` outputs are cached and pushed like any other
+    (they only keep DVC's run-cache, unused here, off their stages)."""
+    from dvc.repo import Repo
+
+    with Repo(str(ROOT)) as project:
+        uncached = {out.def_path for out in project.index.outs if not out.use_cache}
+        persisted = {out.def_path for out in project.index.outs if out.persist}
+    assert uncached == set()
+    assert "data/rollouts/trajectories" in persisted and "data/rollouts/rl" in persisted
+
+
+def test_without_a_remote_a_stage_is_reproduced_in_the_one_checkout_with_nothing_pushed(tmp_path):
+    project = make_project(tmp_path / "alone", remote=None)
+    assert not has_remote(str(project))
+    commands = bring_up_to_date("train", has_remote(str(project)))
+    assert ran("".join(dvc(*command, cwd=project) for command in commands)) == ["prepare", "train"]
+    assert ran("".join(dvc(*command, cwd=project) for command in commands)) == []
+
+
+def test_reading_an_output_no_remote_carries_stops_with_the_fix(tmp_path):
+    uncached = DVC_YAML.replace("outs: [data/r.txt]", "outs:\n      - data/r.txt:\n          cache: false")
+    project = make_project(tmp_path / "uncached", tmp_path / "storage", dvc_yaml=uncached)
+    with pytest.raises(UserError, match=r"data/r.txt is `cache: false` .* remove `cache: false`"):
+        pull_outputs(str(project), "data/r.txt")  # built on another machine: not here
