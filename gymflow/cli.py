@@ -4,6 +4,7 @@ gymflow envs                                   # environments, tasks per split, 
 gymflow play maze [--task-id ID]               # play an episode yourself
 gymflow solve maze --n 50 [--split eval] [--json]
 gymflow sql "select env, count(*) from episodes group by env"
+gymflow view --port 8300                       # browse episodes, policies side by side, charts (read-only)
 gymflow serve-model data/models/sft --port 8000   # an OpenAI-compatible /v1/completions server (as vLLM's)
 gymflow serve-vllm data/models/sft --port 8000    # the same API, served by vLLM (./install.sh --vllm)
 gymflow serve-env textcraft --port 8100          # an environment over HTTP (AgentGym's env-server protocol)
@@ -169,6 +170,12 @@ def cmd_sql(args: argparse.Namespace) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def cmd_view(args: argparse.Namespace) -> None:
+    from gymflow.viewer.app import serve  # the web stack loads only for this command
+
+    serve(args.data, args.host, args.port)
+
+
 def cmd_serve_model(args: argparse.Namespace) -> None:
     from gymflow.models.server import Limits, serve  # torch and the web stack load only for this command
 
@@ -260,6 +267,13 @@ def parser() -> argparse.ArgumentParser:
     sql.add_argument("query", help="read-only: other files, COPY, ATTACH, INSTALL/LOAD, settings are refused")
     sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100; 0: every row)")
     sql.set_defaults(func=cmd_sql)
+    view = sub.add_parser("view", help="browse the rollout tables in a local web page (read-only)")
+    view.add_argument(  # also after `view`; SUPPRESS keeps the top-level --data when it is not given here
+        "--data", type=Path, default=argparse.SUPPRESS, help="the data folder (default: data)"
+    )
+    view.add_argument("--port", type=int, default=8300)
+    view.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
+    view.set_defaults(func=cmd_view)
     serve = sub.add_parser(
         "serve-model", help="serve a saved model over an OpenAI-compatible completions API"
     )
