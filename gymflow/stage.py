@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from gymflow.config import Params
 from gymflow.errors import UserError
+from gymflow.progress import quiet_hf_progress
 from gymflow.store.io import write_text
 
 METRICS_DIR = Path("data/metrics")
@@ -46,6 +47,7 @@ def iteration_arg(params: Params, stage: str) -> str:
 def run_stage(main: Callable[[], None], resume_note: str = "nothing is kept; run the stage again") -> None:
     """Run a stage's `main`: a user's mistake is one line (exit 2); Ctrl-C prints `resume_note`, what the stage
     keeps and what a rerun does (exit 130, as a shell reports SIGINT)."""
+    quiet_hf_progress()  # Hugging Face's bars would fill a log file with carriage-return fragments
     try:
         main()
     except UserError as e:

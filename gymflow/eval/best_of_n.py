@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
 from gymflow.envs import ENVS
 from gymflow.envs.base import Env, Task
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
+from gymflow.progress import bar as progress_bar
 from gymflow.rollout.agenttraj import is_current, write_episodes
 
 # The engine's episode bookkeeping (reset, record a reply, step, extend the ids), reused so that an episode
@@ -102,7 +102,7 @@ def best_of_n(
         raise ValueError("Best-of-N with greedy sampling (temperature 0) gives n equal candidates")
     episodes: list[Episode] = []
     pool: dict[str, list[Env]] = {}
-    bar = tqdm(total=len(jobs), desc=f"best-of-{n}", unit="ep", dynamic_ncols=True)
+    bar = progress_bar(total=len(jobs), desc=f"best-of-{n}", unit="ep")
     try:
         for first in range(0, len(jobs), cfg.batch_size):
             batch = jobs[first : first + cfg.batch_size]

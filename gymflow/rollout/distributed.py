@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
@@ -31,6 +30,7 @@ from gymflow.envs.base import Env, Task
 from gymflow.errors import UserError
 from gymflow.models.openai_client import CompletionClient
 from gymflow.models.sampling import CompletionBackend
+from gymflow.progress import bar as progress_bar
 from gymflow.remote.env_client import EnvMaker
 from gymflow.rollout.engine import EarlyStop, SamplingConfig, _play_batch, rollout
 from gymflow.rollout.records import Episode
@@ -137,7 +137,7 @@ def ray_rollout(
     ]
     seed = None if generator is None else int(torch.randint(2**62, (1,), generator=generator))
     done: dict[int, list[Episode]] = {}
-    bar = tqdm(total=len(jobs), desc=f"rollout ({len(workers)} ray workers)", unit="ep", dynamic_ncols=True)
+    bar = progress_bar(total=len(jobs), desc=f"rollout ({len(workers)} ray workers)", unit="ep")
     try:
         pool = ActorPool(workers)
         for index, episodes in pool.map_unordered(

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
-from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
@@ -27,6 +26,7 @@ from gymflow.agent.react import parse_action
 from gymflow.envs import make_env
 from gymflow.envs.base import Env, Task
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
+from gymflow.progress import bar as progress_bar
 from gymflow.remote.env_client import EnvUnavailable
 from gymflow.rollout.records import Episode, Message
 
@@ -101,7 +101,7 @@ def rollout(
     Returns the episodes in the order of `jobs`; with `early_stop`, only those that finished before it was
     reached. An episode whose environment server failed ends with `end_reason` "error"."""
     episodes: list[Episode] = []
-    bar = tqdm(total=len(jobs), desc="rollout", unit="ep", dynamic_ncols=True)
+    bar = progress_bar(total=len(jobs), desc="rollout", unit="ep")
     sampled, start = 0, time.perf_counter()
     pool: dict[
         str, list[Env]

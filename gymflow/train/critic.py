@@ -45,7 +45,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
@@ -55,6 +54,7 @@ from gymflow.envs.base import Task, task_rng
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve
 from gymflow.models.files import checkpoint_dir, weights_hash
+from gymflow.progress import bar as progress_bar
 from gymflow.rollout.engine import episode_turns
 from gymflow.rollout.records import Message, config_hash
 from gymflow.store.db import connect
@@ -472,7 +472,9 @@ def fit(critic: TurnCritic, episodes: Sequence[CriticEpisode], checkpoint: Path)
             len(units), generator=torch.Generator().manual_seed(iteration_seed(cfg.seed, epoch))
         )
         sums = dict.fromkeys(("loss", "correct", "judged", "tokens", "steps"), 0.0)
-        bar = tqdm(range(0, len(units), cfg.batch), desc=f"critic epoch {epoch}/{cfg.epochs}", unit="step")
+        bar = progress_bar(
+            range(0, len(units), cfg.batch), desc=f"critic epoch {epoch}/{cfg.epochs}", unit="step"
+        )
         critic.model.train()
         for first in bar:
             batch = [units[i] for i in order[first : first + cfg.batch].tolist()]

@@ -46,13 +46,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 from transformers import AutoModelForCausalLM, PreTrainedModel, get_cosine_schedule_with_warmup
 
 from gymflow.config import DPOParams
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, lora_config
 from gymflow.models.files import checkpoint_dir, save_model, weights_hash
+from gymflow.progress import bar as progress_bar
 from gymflow.rollout.records import config_hash
 from gymflow.store.io import write_csv
 from gymflow.train.batching import length_chunks
@@ -173,7 +173,7 @@ def reference_logps(
     model.eval()
     chosen, rejected = torch.zeros(len(pairs)), torch.zeros(len(pairs))
     parts = pair_chunks(pairs, range(len(pairs)), max_tokens)
-    for part in tqdm(parts, desc="reference log-probs", unit="pass", dynamic_ncols=True):
+    for part in progress_bar(parts, desc="reference log-probs", unit="pass"):
         c, r, _ = pair_logps(model, [pairs[i] for i in part], pad_id)
         chosen[part], rejected[part] = c, r
     return chosen, rejected
@@ -230,7 +230,7 @@ def train_dpo(
     every = math.ceil(len(batches) / CHECKPOINTS)
     sums: dict[str, float] = {}
     model.train()
-    bar = tqdm(total=len(batches), initial=state["step"], desc="dpo", unit="step", dynamic_ncols=True)
+    bar = progress_bar(total=len(batches), initial=state["step"], desc="dpo", unit="step")
     session = time.perf_counter()
     for step in range(state["step"] + 1, len(batches) + 1):
         lr = optimizer.param_groups[0]["lr"]

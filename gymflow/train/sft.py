@@ -35,6 +35,7 @@ from gymflow.config import SFTParams
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, lora_config
 from gymflow.models.files import checkpoint_dir, save_model, weights_hash
+from gymflow.progress import is_terminal
 from gymflow.rollout.records import config_hash
 from gymflow.store.db import connect
 from gymflow.store.io import share_modes, write_csv
@@ -272,7 +273,7 @@ def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTCo
         save_steps=0.1,  # a fraction of all steps
         save_total_limit=1,
         report_to=[],
-        disable_tqdm=False,
+        disable_tqdm=not is_terminal(),  # in a log file, the Trainer prints its logged losses as lines instead
     )
     if cfg.batch_size % args.world_size:
         raise UserError(

@@ -40,7 +40,6 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
@@ -49,6 +48,7 @@ from gymflow.envs.base import task_rng
 from gymflow.errors import UserError
 from gymflow.models.files import checkpoint_dir, weights_hash
 from gymflow.models.sampling import sample
+from gymflow.progress import bar as progress_bar
 from gymflow.rollout.records import config_hash
 from gymflow.store.io import rebuild_hint, write_table
 from gymflow.train.critic import CriticEpisode, CriticItem, preference_pairs
@@ -194,7 +194,7 @@ def build_turn_pairs(
     parts_dir = checkpoint_dir(out_path, run_key)
     parts_dir.mkdir(parents=True, exist_ok=True)
     tables, seconds = [], {"sampling": 0.0, "scoring": 0.0, "tokens": 0.0}
-    bar = tqdm(total=len(turns), desc="candidates", unit="turn", dynamic_ncols=True)
+    bar = progress_bar(total=len(turns), desc="candidates", unit="turn")
     policy.eval()
     for part, first in enumerate(range(0, len(turns), PART_TURNS)):
         chunk = turns[first : first + PART_TURNS]
