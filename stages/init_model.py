@@ -4,13 +4,14 @@
 With `model.name_or_path` null (the CPU default): trains a byte-level BPE tokenizer on the instructions and
 AgentTraj text (with the normalizer and split transformers loads a qwen2 directory with, so every stage
 encodes as its tokenizer.json does) and builds a small Qwen2-style decoder from `params.yaml`, saved as a
-Hugging Face model directory in data/models/init. With a name, data/models/init only records it; the model is used unchanged.
+Hugging Face model directory in data/models/init. With a name, data/models/init only records it; the model is used unchanged
+(SmolLM2-135M-Instruct: `python -m gymflow.models.pretrained data/models/smollm2` builds that directory first).
 """
 
 from pathlib import Path
 
 from gymflow.config import load_params
-from gymflow.models.build import build_initial, write_source
+from gymflow.models.build import build_initial, check_local, write_source
 from gymflow.stage import run_stage, write_metrics
 from gymflow.store.db import connect
 from gymflow.store.io import atomic_dir
@@ -30,6 +31,7 @@ def main() -> None:
     cfg = load_params().model
     with atomic_dir(OUT) as tmp:
         if cfg.name_or_path:
+            check_local(cfg.name_or_path)
             write_source(tmp, cfg.name_or_path)
             metrics = {"source": cfg.name_or_path}
         else:
