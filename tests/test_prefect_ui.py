@@ -22,25 +22,10 @@ import requests
 import yaml
 
 from gymflow.serving import free_port, started
+from tests.browser import EC, By, WebDriverWait, chrome, keep_screens  # skips without Chromium or selenium
 from tests.test_pipeline import tiny_params  # its smoke-run params.yaml: 3 train and 2 eval tasks per env
 
 ROOT = Path(__file__).resolve().parents[1]
-SCREENS = ROOT / "tests" / "output" / "screens"
-CHROMIUM, CHROMEDRIVER = (
-    shutil.which("chromium") or shutil.which("chromium-browser"),
-    shutil.which("chromedriver"),
-)
-webdriver = pytest.importorskip(
-    "selenium.webdriver", reason="selenium is not installed (pip install selenium)"
-)
-if not (CHROMIUM and CHROMEDRIVER):
-    pytest.skip(
-        "headless Chromium is not installed: ./install.sh --browser (apt-get install chromium chromium-driver)",
-        allow_module_level=True,
-    )
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 METRICS = {
     "maze": {"all": {"success": 0.5, "reward": 0.625}},
@@ -109,22 +94,12 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
-    yield driver
-    driver.quit()
+    yield from chrome(1400, 1000)
 
 
 @pytest.fixture(scope="module")
 def screens(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("prefect_screens")
-    yield folder
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    for png in folder.glob("*.png"):
-        shutil.copy(png, SCREENS / png.name)
+    yield from keep_screens(tmp_path_factory.mktemp("prefect_screens"))
 
 
 def shows(driver, text: str, timeout: float = 30) -> None:

@@ -9,7 +9,6 @@ kept in the test's tmp dir and copied to tests/output/screens/ (ignored by git).
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,25 +23,14 @@ from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import Episode, RunInfo
 from gymflow.serving import free_port, started
-
-ROOT = Path(__file__).resolve().parents[1]
-SCREENS = ROOT / "tests" / "output" / "screens"
-CHROMIUM, CHROMEDRIVER = (
-    shutil.which("chromium") or shutil.which("chromium-browser"),
-    shutil.which("chromedriver"),
+from tests.browser import (  # skips without Chromium or selenium
+    EC,
+    By,
+    Select,
+    WebDriverWait,
+    chrome,
+    keep_screens,
 )
-webdriver = pytest.importorskip(
-    "selenium.webdriver", reason="selenium is not installed (pip install selenium)"
-)
-if not (CHROMIUM and CHROMEDRIVER):
-    pytest.skip(
-        "headless Chromium is not installed: ./install.sh --browser (apt-get install chromium chromium-driver)",
-        allow_module_level=True,
-    )
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
-from selenium.webdriver.support.select import Select  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 N_TASKS, K = 4, 4
 BEFORE: dict[Path, int] = {}  # the data folder's files before the viewer started, and their mtimes
@@ -104,23 +92,12 @@ def url(data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
-    driver.implicitly_wait(0)
-    yield driver
-    driver.quit()
+    yield from chrome(1280, 900)
 
 
 @pytest.fixture(scope="module")
 def screens(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("screens")
-    yield folder
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    for png in folder.glob("*.png"):
-        shutil.copy(png, SCREENS / png.name)
+    yield from keep_screens(tmp_path_factory.mktemp("screens"))
 
 
 def shoot(driver, folder: Path, name: str) -> None:
