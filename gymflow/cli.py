@@ -20,24 +20,30 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 from rich.console import Console
 from rich.table import Table
 
-from gymflow.env_names import over_limit
-from gymflow.envs import ENVS, make_env
-from gymflow.envs.base import Task
-from gymflow.envs.instructions import build_splits, load_tasks, tasks_file
+from gymflow.env_names import ENV_NAMES, over_limit
 from gymflow.errors import UserError
-from gymflow.rollout.expert import run_expert
-from gymflow.store.db import box, read_only, run_query
+from gymflow.store.db import box, damaged_file, read_only, run_query
+
+if TYPE_CHECKING:
+    from gymflow.envs.base import Task
+
+# The environments (gymnasium, minigrid, TextWorld, ...) load only for the commands that play them: they would
+# double the start-up time of `gymflow sql`.
 
 console = Console()
 
 
 def get_tasks(data: Path, env: str, split: str, n: int) -> list[Task]:
     """The first `n` tasks of a split: from the instruction set if built, otherwise freshly drawn (seed 0)."""
+    from gymflow.envs import ENVS
+    from gymflow.envs.instructions import build_splits, load_tasks, tasks_file
+
     if env not in ENVS:
         raise UserError(f"unknown environment {env!r}; choose one of: {', '.join(sorted(ENVS))}")
     if tasks_file(data, env).exists():
@@ -52,6 +58,9 @@ def get_tasks(data: Path, env: str, split: str, n: int) -> list[Task]:
 
 
 def cmd_envs(args: argparse.Namespace) -> None:
+    from gymflow.envs import ENVS
+    from gymflow.envs.instructions import load_tasks, tasks_file
+
     table = Table("env", "train", "eval", "reward", "success", "turns", "expert")
     for name, cls in sorted(ENVS.items()):
         spec, counts = cls.spec, Counter()
@@ -71,6 +80,9 @@ def cmd_envs(args: argparse.Namespace) -> None:
 
 
 def cmd_solve(args: argparse.Namespace) -> None:
+    from gymflow.envs import make_env
+    from gymflow.rollout.expert import run_expert
+
     if over := over_limit(args.env, *((args.n, 0) if args.split == "train" else (0, args.n))):
         raise UserError(  # a fresh draw holds all its tasks in memory before the first is solved
             f"{args.env} makes at most {over[1]:,} {args.split} tasks; ask for --n {over[1]} or fewer"
@@ -98,6 +110,9 @@ def cmd_solve(args: argparse.Namespace) -> None:
 
 
 def cmd_play(args: argparse.Namespace) -> None:
+    from gymflow.envs import make_env
+    from gymflow.envs.instructions import load_tasks
+
     if args.task_id:
         tasks = [t for t in load_tasks(args.data, args.env) if t.task_id == args.task_id]
         if not tasks:
@@ -153,6 +168,8 @@ def cmd_sql(args: argparse.Namespace) -> None:
     try:
         result = run_query(read_only(args.data), args.query, args.limit)
     except (duckdb.Error, OSError) as e:  # OSError: a run-time error met while streaming the rows
+        if damage := damaged_file(e, args.data):
+            raise damage from None
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         hint = "tables: tasks, episodes, turns"
         if isinstance(e, duckdb.PermissionException) or "configuration has been locked" in message:
@@ -191,10 +208,11 @@ def cmd_serve_vllm(args: argparse.Namespace) -> None:
 
 
 def cmd_serve_env(args: argparse.Namespace) -> None:
+    from gymflow.envs.instructions import load_tasks, tasks_file
     from gymflow.remote.env_server import EnvLimits, serve  # the web stack loads only for this command
 
-    if args.env not in ENVS:
-        raise UserError(f"unknown environment {args.env!r}; choose one of: {', '.join(sorted(ENVS))}")
+    if args.env not in ENV_NAMES:
+        raise UserError(f"unknown environment {args.env!r}; choose one of: {', '.join(sorted(ENV_NAMES))}")
     limits = EnvLimits(args.max_sessions, args.ttl, args.max_body_kb)
     if tasks_file(args.data, args.env).exists():
         tasks = load_tasks(args.data, args.env, args.split)
@@ -209,6 +227,7 @@ def cmd_serve_env(args: argparse.Namespace) -> None:
 
 def cmd_rl_noise(args: argparse.Namespace) -> None:
     from gymflow.config import load_params  # torch loads only for this command
+    from gymflow.envs.instructions import load_tasks, tasks_file
     from gymflow.models.build import resolve
     from gymflow.train.grad_noise import measure
 

@@ -167,7 +167,8 @@ READERS = {
     "connect": ("episodes", lambda path, capsys: _raises(lambda: connect("data"))),
     "summary": ("episodes", lambda path, capsys: _raises(lambda: summarize_file(Path(path), 0))),
     "load_tasks": ("tasks", lambda path, capsys: _raises(lambda: load_tasks(_tasks_dir(path), "maze"))),
-    "cli_sql": ("episodes", lambda path, capsys: run_cli(capsys, "sql", "select count(*) from episodes")),
+    # a query that reads every value: gymflow sql checks footers at open, pages as a query reads them
+    "cli_sql": ("episodes", lambda path, capsys: run_cli(capsys, "sql", "select * from episodes")),
     "cli_envs": ("tasks", lambda path, capsys: run_cli(capsys, "--data", _tasks_dir(path), "envs")),
     "cli_solve": ("tasks", lambda path, capsys: run_cli(capsys, "--data", _tasks_dir(path), "solve", "maze")),
     "cli_play": ("tasks", lambda path, capsys: run_cli(capsys, "--data", _tasks_dir(path), "play", "maze")),
@@ -430,3 +431,16 @@ def test_a_file_name_with_a_newline_stays_one_line(project):
     assert "\n" not in message and message.startswith(
         "'data/rollouts/bad\\nname.episodes.parquet' is unreadable"
     )
+
+
+def test_gymflow_sql_reads_a_damaged_page_only_when_a_query_needs_it(project, capsys):
+    """Opening checks footers only: a flipped data page fails the first query that reads it, naming the file,
+    and never becomes an answer; queries that do not read it (a count from the footer, another table) answer."""
+    path = damage(project, "flipped", "episodes")
+    cli.main(["sql", "select count(*) as n from episodes"])  # row counts are in the footer
+    assert "│ 2 │" in capsys.readouterr().out
+    cli.main(["sql", "select count(*) as n from tasks"])
+    assert "│ 6 │" in capsys.readouterr().out
+    code, err = run_cli(capsys, "sql", "select * from episodes")
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path} is unreadable")
+    assert err.endswith("delete it and run `dvc repro evaluate@sft` to rebuild it\n")

@@ -156,11 +156,16 @@ def test_tracked_output_stays_readable_after_copy_attempts(repo, sql):
 
 
 def test_what_it_allows_stays_in_memory(repo, sql):
-    """Changing the tables, an in-memory database, a built-in extension: allowed, and no file changes."""
+    """Tables of one's own, an in-memory database, a built-in extension, dropping a view: allowed, and no
+    file changes."""
     before = snapshot(repo)
-    code, out, _ = sql("insert into episodes select * from episodes; select count(*) as n from episodes")
+    code, out, _ = sql(
+        "create table mine as select * from episodes; insert into mine select * from episodes; "
+        "select count(*) as n from mine"
+    )
     assert code == 0 and body(out) == ["│ 14 │"]  # 7 episodes, twice, in this process only
-    for query in ["attach ':memory:' as m; create table m.t as select 1", "load parquet", "drop table turns"]:
+    assert "episodes is not an table" in sql("insert into episodes select * from episodes")[2]  # a view
+    for query in ["attach ':memory:' as m; create table m.t as select 1", "load parquet", "drop view turns"]:
         assert sql(query)[0] == 0, query
     # a new console reads the files again
     assert body(sql("select count(*) as n from episodes")[1]) == ["│ 7 │"]

@@ -9,6 +9,7 @@ kept in the test's tmp dir and copied to tests/output/screens/ (ignored by git).
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -273,3 +274,24 @@ def test_a_missing_folder_or_a_busy_port_is_a_one_line_error(tmp_path, url):
         assert out.returncode == 2 and out.stderr.startswith(message) and len(out.stderr.splitlines()) == 1, (
             out.stderr
         )
+
+
+def test_a_damaged_page_is_a_page_naming_the_file_and_how_to_rebuild_it(data, tmp_path):
+    """The viewer opens on footers only; the request that reads a damaged page gets check_table's one line."""
+    from fastapi.testclient import TestClient
+
+    from gymflow.store.db import connect
+    from gymflow.viewer.app import create_app
+    from tests.test_corrupt_data import flip_middle
+
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    query = "select episode_id from episodes where policy = 'sft' limit 1"
+    episode_id = connect(copy).execute(query).fetchone()[0]
+    turns = copy / "rollouts/evaluate/sft.maze.turns.parquet"
+    flip_middle(turns)
+    client = TestClient(create_app(copy))
+    assert client.get("/").status_code == 200  # the episode list reads only the episodes table
+    episode = client.get("/episode", params={"id": episode_id})
+    assert episode.status_code == 500
+    assert f"{turns} is unreadable" in episode.text and "delete it and run `dvc repro" in episode.text

@@ -7,6 +7,7 @@ db = read_only("data")                   # for SQL a user types (`gymflow sql`):
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -15,9 +16,11 @@ from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 from rich.cells import cell_len
 
-from gymflow.store.io import check_table
+from gymflow.errors import UserError
+from gymflow.store.io import check_footer, check_table
 from gymflow.store.schema import TABLES
 
 
@@ -28,7 +31,7 @@ def table_files(data_dir: str | Path, table: str) -> list[Path]:
 # Columns the views expose in a more useful type: success as 0/1, so `avg(success)` is a success rate.
 VIEW_COLUMNS = {"episodes": "replace (success::integer as success)"}
 
-# Applied in this order once the tables are in memory; `lock_configuration` last, so no SET can undo the rest.
+# Applied in this order once the views exist; `lock_configuration` last, so no SET can undo the rest.
 LOCKED = {
     "temp_directory": "''",  # no spill files (DuckDB's default is ./.tmp); settable only before the next line
     "enable_external_access": "false",  # no file or URL: read_*, glob, COPY, ATTACH of a file, EXPORT, INSTALL
@@ -42,11 +45,10 @@ LOCKED = {
 }
 
 
-def _create_tables(db: duckdb.DuckDBPyConnection, data_dir: str | Path, kind: str) -> list[str]:
-    """One `kind` ("view" or "table") per table; a table with no files yet is empty with the right columns.
-
-    Returns the names of the empty Arrow tables registered for those.
-    """
+def _create_views(db: duckdb.DuckDBPyConnection, data_dir: str | Path) -> list[str]:
+    """One view per table over its files, read by DuckDB's own Parquet reader, every file checked whole first;
+    a table with no files yet is empty with the right columns. Returns the names of the empty Arrow tables
+    registered for those."""
     registered = []
     for table, schema in TABLES.items():
         files = table_files(data_dir, table)
@@ -59,7 +61,7 @@ def _create_tables(db: duckdb.DuckDBPyConnection, data_dir: str | Path, kind: st
             source = f"_{table}_empty"
             db.register(source, pa.Table.from_pylist([], schema=schema))
             registered.append(source)
-        db.execute(f"create {kind} {table} as select * {VIEW_COLUMNS.get(table, '')} from {source}")
+        db.execute(f"create view {table} as select * {VIEW_COLUMNS.get(table, '')} from {source}")
     return registered
 
 
@@ -69,25 +71,52 @@ def connect(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
     A full DuckDB session, for gymflow's own queries and for Python users, who can touch any file anyway.
     """
     db = duckdb.connect()
-    _create_tables(db, data_dir, "view")
+    _create_views(db, data_dir)
     return db
 
 
 def read_only(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
-    """The same tables copied into memory, in a DuckDB that then reads and writes no file and loads no extension.
+    """The same views, in a DuckDB that then reads and writes no file itself and loads no extension.
 
-    The tables are copied rather than left as views because allowing their files (`allowed_paths`) would also
-    allow writing them: `COPY ... TO` a tracked file with `use_tmp_file false` overwrites it. Over `connect`,
-    the copy costs about 0.3 s and 90 MiB for 14 MB of Parquet (the default run's size), 2 s and 500 MiB for
-    ten times that (benchmarks/sql_console.py). The copies can be changed, but only in this process's memory.
+    DuckDB cannot be given the tables' files (allowing a file for reading also lets `COPY ... TO` overwrite it),
+    so each table is an Arrow dataset of its files that pyarrow scans for DuckDB as a query asks, verifying
+    page checksums as it reads. Opening reads only each file's footer (is it Parquet, does it hold its table's
+    columns): 0.1 s and no table in memory at 10 M turns, where checking and copying every file took 11-21 s and
+    5 GiB (docs/results/store.md). A damaged page is found by the first query that reads it, which then fails
+    with the file's name and how to rebuild it (`damaged_file`) rather than answer from damaged bytes.
     """
     db = duckdb.connect()
     db.execute("set enable_progress_bar = false")  # it would print into the results
-    for name in interruptible(db, lambda: _create_tables(db, data_dir, "table")):
-        db.unregister(name)
+    for table, schema in TABLES.items():
+        files = table_files(data_dir, table)
+        for f in files:
+            check_footer(f, table)
+        source = ds.dataset([str(f) for f in files], schema=schema, format=_VERIFIED_PARQUET)
+        db.register(f"_{table}_files", source)
+        db.execute(f"create view {table} as select * {VIEW_COLUMNS.get(table, '')} from _{table}_files")
     for name, value in LOCKED.items():
         db.execute(f"set {name} = {value}")
     return db
+
+
+_VERIFIED_PARQUET = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
+)
+_STREAM_FAILED = re.compile(r"reading the stream registered as '_(\w+)_files' failed")
+
+
+def damaged_file(error: Exception, data_dir: str | Path) -> UserError | None:
+    """When `error` is a query of `read_only`'s failing to read one of a table's files, the one-line error that
+    names the damaged file and the stage that rebuilds it (found by checking that table's files whole)."""
+    found = _STREAM_FAILED.search(str(error))
+    if not found or found[1] not in TABLES:
+        return None
+    for f in table_files(data_dir, found[1]):
+        try:
+            check_table(f, found[1])
+        except UserError as damage:
+            return damage
+    return None
 
 
 def text_rows(rel: duckdb.DuckDBPyRelation, limit: int) -> tuple[list[list[str | None]], int]:

@@ -248,13 +248,22 @@ def read_rows(path: str | Path, table: str | None = None) -> list[dict[str, Any]
     return read_table(path, table).to_pylist()
 
 
-def file_metadata(path: str | Path) -> dict[str, str]:
-    """The key-value metadata of a Parquet file (its footer only)."""
+def _footer_schema(path: str | Path) -> pa.Schema:
     try:
-        meta = pq.read_schema(path).metadata or {}
+        return pq.read_schema(path)
     except Exception as e:
         raise _damaged(path, f"is unreadable ({_why_unreadable(Path(path), e)})") from None
-    return _decoded(meta)
+
+
+def check_footer(path: str | Path, table: str) -> None:
+    """`check_table` on the footer alone: the file is Parquet and holds `table`'s columns (no page is read)."""
+    if problem := schema_problem(_footer_schema(path), table):
+        raise _damaged(path, problem)
+
+
+def file_metadata(path: str | Path) -> dict[str, str]:
+    """The key-value metadata of a Parquet file (its footer only)."""
+    return _decoded(_footer_schema(path).metadata or {})
 
 
 def _decoded(meta: dict[bytes, bytes]) -> dict[str, str]:

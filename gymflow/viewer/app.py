@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException
 
 from gymflow.errors import UserError
 from gymflow.serving import listen
-from gymflow.store.db import read_only
+from gymflow.store.db import damaged_file, read_only
 
 HERE = Path(__file__).parent
 FILTERS = ("stage", "iteration", "policy", "env", "difficulty", "success", "min_reward", "max_reward")
@@ -162,7 +162,7 @@ def read_plot(path: Path) -> dict[str, Any] | None:
 
 def create_app(data_dir: str | Path = "data") -> FastAPI:
     data = Path(data_dir)
-    db = read_only(data)  # the tables copied into memory; this DuckDB reads and writes no file from now on
+    db = read_only(data)  # views over the tables' files; this DuckDB itself reads and writes no file
     lock = threading.Lock()  # one DuckDB connection, shared by the request threads
     templates = Jinja2Templates(directory=HERE / "templates")
     app = FastAPI(title="gymflow view", docs_url=None, redoc_url=None, openapi_url=None)
@@ -190,9 +190,10 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
         return page(request, "error.html", 400, message="bad request: " + str(exc.errors()[0].get("msg", "")))
 
     @app.exception_handler(duckdb.Error)
-    def query_error(
-        request: Request, exc: duckdb.Error
-    ) -> HTMLResponse:  # e.g. a value out of a column's range
+    def query_error(request: Request, exc: duckdb.Error) -> HTMLResponse:
+        if damage := damaged_file(exc, data):  # the server's data, not the request, is at fault
+            return page(request, "error.html", 500, message=str(damage))
+        # e.g. a value out of a column's range
         return page(request, "error.html", 400, message="bad filter: " + str(exc).splitlines()[0][:200])
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
