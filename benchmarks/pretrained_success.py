@@ -1,13 +1,15 @@
-"""Greedy success of a model on maze eval tasks, zero-shot (our ReAct system prompt, as AgentEval plays it),
-and optionally after LoRA SFT on the first `--sft-episodes` maze AgentTraj episodes.
+"""Greedy success of a model on maze eval tasks, zero-shot (our ReAct system prompt, as AgentEval plays it) or
+with `--shots N` expert episodes of train tasks written into the system prompt, and optionally after SFT (LoRA,
+or full with `--lora-rank 0`) on the first `--sft-episodes` maze AgentTraj episodes.
 
-    python benchmarks/pretrained_success.py --model data/models/smollm2 [--tasks 20] [--sft-episodes 0]
+    python benchmarks/pretrained_success.py --model data/models/smollm2 [--tasks 20] [--shots 1] [--sft-episodes 0]
 The tasks are `build_splits(maze, 0, --tasks, seed=0)["eval"]`; replies are cut at `--new-tokens` tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +21,23 @@ from gymflow.envs import ENVS
 from gymflow.envs.instructions import build_splits
 from gymflow.eval.agenteval import evaluate_policy
 from gymflow.models.build import resolve
+from gymflow.rollout.expert import run_expert
 from gymflow.train.sft import train_sft
+
+
+def with_examples(shots: int) -> None:
+    """Maze's system prompt followed by `shots` whole expert episodes of train tasks (observations and ReAct
+    replies), as a few-shot prompt shows them. Patched on the class: this process's rollouts use it."""
+    if not shots:
+        return
+    maze = ENVS["maze"]
+    examples = []
+    for i, task in enumerate(build_splits(maze, shots, 0, seed=1)["train"]):
+        episode = run_expert(maze(), task)
+        lines = [f"{m.role.capitalize()}: {m.text}" for m in episode.messages if m.role != "system"]
+        examples.append(f"Example {i + 1}:\n" + "\n".join(lines))
+    prompt = maze.spec.system_prompt + "\n\n" + "\n\n".join(examples) + "\n\nNow the real task."
+    maze.spec = dataclasses.replace(maze.spec, system_prompt=prompt)
 
 
 def success(name: str, model: str, tasks: list, new_tokens: int, out: Path) -> None:
@@ -36,6 +54,7 @@ def main() -> None:
     parser.add_argument("--model", default="data/models/smollm2")
     parser.add_argument("--tasks", type=int, default=20)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--shots", type=int, default=0, help="expert episodes in the system prompt")
     parser.add_argument("--sft-episodes", type=int, default=0, help="0: zero-shot only")
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-4)
@@ -46,10 +65,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     tasks = build_splits(ENVS["maze"], 0, args.tasks, seed=0)["eval"]
+    with_examples(args.shots)
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         if not args.skip_zero_shot:
-            success("zero-shot", resolve(args.model), tasks, args.new_tokens, out)
+            success(f"{args.shots}-shot", resolve(args.model), tasks, args.new_tokens, out)
         if args.sft_episodes:
             data = agenttraj_episodes("maze", args.sft_episodes)
             cfg = SFTParams(

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 
 from gymflow import cli
 from gymflow.config import EvalParams, ModelConfig, RLParams, RolloutParams, SFTParams
-from gymflow.envs import make_env
+from gymflow.envs import ENVS, make_env
 from gymflow.envs.instructions import build_env, build_splits, load_tasks
 from gymflow.envs.maze import Maze
 from gymflow.errors import UserError
@@ -444,3 +444,23 @@ def test_gymflow_sql_reads_a_damaged_page_only_when_a_query_needs_it(project, ca
     code, err = run_cli(capsys, "sql", "select * from episodes")
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {path} is unreadable")
     assert err.endswith("delete it and run `dvc repro evaluate@sft` to rebuild it\n")
+
+
+def test_a_rerun_without_an_environment_leaves_none_of_its_rollouts_behind(agent, tmp_path):
+    """Rollout folders persist (a rerun plays only what changed), so an environment dropped from the run must be
+    deleted there: AgentEvol would learn from its episodes (another model's token ids) and SQL count them."""
+    cfg, play = EvalParams(envs=["maze", "wordle"]), RolloutParams(max_new_tokens=6, max_length=512)
+    tasks = {"maze": TASKS["eval"], "wordle": build_splits(ENVS["wordle"], 0, 2, seed=0)["eval"]}
+    evaluate_policy("sft", agent, tasks, cfg, play, tmp_path)
+    maze = tmp_path / "sft/maze.episodes.parquet"
+    played = maze.stat().st_mtime_ns
+    assert (tmp_path / "sft/wordle.turns.parquet").exists() and (tmp_path / ".sft.speed/wordle.json").exists()
+    evaluate_policy("sft", agent, {"maze": tasks["maze"]}, cfg, play, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "sft").iterdir()) == [
+        "maze.episodes.parquet",
+        "maze.turns.parquet",
+    ]
+    assert (
+        not (tmp_path / ".sft.speed/wordle.json").exists() and maze.stat().st_mtime_ns == played
+    )  # not replayed
+    assert connect(tmp_path).execute("select distinct env from episodes").fetchall() == [("maze",)]

@@ -17,7 +17,7 @@ from gymflow.eval.behaviour import BEHAVIOUR_ENVS, behaviour_metrics
 from gymflow.eval.metrics import success_metrics
 from gymflow.rollout.distributed import Placement
 from gymflow.rollout.engine import SamplingConfig
-from gymflow.rollout.play import load_policy, play, stored_speed
+from gymflow.rollout.play import drop_others, load_policy, play, stored_speed
 from gymflow.rollout.records import RunInfo
 from gymflow.store.io import read_rows
 
@@ -43,6 +43,7 @@ def evaluate_policy(
     greedy = SamplingConfig(0.0, 1.0, *lengths)
     sampled = SamplingConfig(cfg.temperature, cfg.top_p, *lengths)
     results = {}
+    drop_others(rollout_dir / name, list(tasks))
     for env, env_tasks in tasks.items():
         runs = [([(t, 0) for t in env_tasks], greedy)]
         if cfg.k:

@@ -76,6 +76,17 @@ def play(
     return table_path(folder, prefix, "episodes")
 
 
+def drop_others(folder: Path, prefixes: Sequence[str]) -> None:
+    """Delete the tables (and speeds) in `folder` of every prefix but `prefixes`. Rollout folders persist, so
+    that a rerun plays only what changed; an environment the run no longer plays must not stay behind, where
+    AgentEvol would learn from it (another tokenizer's ids, after a change of model) and SQL would count it."""
+    for path in sorted(folder.glob("*.parquet")):
+        prefix = path.name.removesuffix(".parquet").rsplit(".", 1)[0]
+        if prefix not in prefixes:
+            path.unlink()
+            speed_path(folder, prefix).unlink(missing_ok=True)
+
+
 def speed_path(folder: Path, prefix: str) -> Path:
     """Where the speed of the rollouts in `folder/<prefix>.*` waits for the metrics: beside the tracked folder,
     not in it, so that the tables' bytes follow from what was played (a rerun writes the same files)."""

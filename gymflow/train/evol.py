@@ -22,7 +22,7 @@ from gymflow.config import EvolSettings, RolloutParams
 from gymflow.envs.base import Task
 from gymflow.rollout.distributed import Placement
 from gymflow.rollout.engine import SamplingConfig, episode_tokens
-from gymflow.rollout.play import load_policy, play
+from gymflow.rollout.play import drop_others, load_policy, play
 from gymflow.rollout.records import Message, RunInfo
 from gymflow.store.db import connect
 from gymflow.store.io import write_table
@@ -70,6 +70,7 @@ def explore(
     cfg = rollout_cfg
     sampling = SamplingConfig(settings.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
     how = [sampling.__dict__, settings.seed]
+    drop_others(out_dir, list(tasks))
     for env, env_tasks in tasks.items():
         drawn = draw_tasks(env_tasks, settings.tasks[env], settings.seed, iteration)
         jobs = [(t, i) for t in drawn for i in range(settings.samples)]
