@@ -17,10 +17,11 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.fs
 from rich.cells import cell_len
 
 from gymflow.errors import UserError
-from gymflow.store.io import check_footer, check_table
+from gymflow.store.io import check_table, damaged, schema_problem, unreadable
 from gymflow.store.schema import TABLES
 
 
@@ -88,10 +89,8 @@ def read_only(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
     db = duckdb.connect()
     db.execute("set enable_progress_bar = false")  # it would print into the results
     for table, schema in TABLES.items():
-        files = table_files(data_dir, table)
-        for f in files:
-            check_footer(f, table)
-        source = ds.dataset([str(f) for f in files], schema=schema, format=_VERIFIED_PARQUET)
+        fragments = [_fragment(f, table) for f in table_files(data_dir, table)]
+        source = ds.FileSystemDataset(fragments, schema, _VERIFIED_PARQUET, _LOCAL)
         db.register(f"_{table}_files", source)
         db.execute(f"create view {table} as select * {VIEW_COLUMNS.get(table, '')} from _{table}_files")
     for name, value in LOCKED.items():
@@ -102,6 +101,23 @@ def read_only(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
 _VERIFIED_PARQUET = ds.ParquetFileFormat(
     default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True)
 )
+_LOCAL = pyarrow.fs.LocalFileSystem()
+
+
+def _fragment(path: Path, table: str) -> ds.ParquetFileFragment:
+    """`path` as a dataset fragment whose footer is read and checked now (Parquet, `table`'s columns); the scans
+    reuse the parsed footer, which a first query would otherwise parse again."""
+    fragment = _VERIFIED_PARQUET.make_fragment(str(path.absolute()), filesystem=_LOCAL)
+    try:
+        fragment.ensure_complete_metadata()
+        schema = fragment.physical_schema
+    except Exception as e:  # pyarrow raises a dozen kinds of it
+        raise unreadable(path, e) from None
+    if problem := schema_problem(schema, table):
+        raise damaged(path, problem)
+    return fragment
+
+
 _STREAM_FAILED = re.compile(r"reading the stream registered as '_(\w+)_files' failed")
 
 

@@ -224,7 +224,7 @@ def _read(path: Path, table: str, keep: bool) -> tuple[pa.Table | None, str | No
         return None, f"is unreadable ({_why_unreadable(path, e)})", {}
 
 
-def _damaged(path: str | Path, problem: str) -> UserError:
+def damaged(path: str | Path, problem: str) -> UserError:
     shown = str(path) if str(path).isprintable() else ascii(str(path))  # a name with a newline stays one line
     return UserError(f"{shown} {problem}: {rebuild_hint(path)}")
 
@@ -233,14 +233,14 @@ def check_table(path: str | Path, table: str) -> None:
     """Raise a one-line UserError, naming `path` and how to rebuild it, unless it reads whole as `table`."""
     _, problem, _ = _read(Path(path), table, keep=False)
     if problem:
-        raise _damaged(path, problem)
+        raise damaged(path, problem)
 
 
 def read_table(path: str | Path, table: str | None = None) -> pa.Table:
     """A table file (its table by default from its name) as Arrow, checked as `check_table` checks."""
     data, problem, _ = _read(Path(path), table or table_of(path), keep=True)
     if problem:
-        raise _damaged(path, problem)
+        raise damaged(path, problem)
     return data
 
 
@@ -248,22 +248,18 @@ def read_rows(path: str | Path, table: str | None = None) -> list[dict[str, Any]
     return read_table(path, table).to_pylist()
 
 
-def _footer_schema(path: str | Path) -> pa.Schema:
-    try:
-        return pq.read_schema(path)
-    except Exception as e:
-        raise _damaged(path, f"is unreadable ({_why_unreadable(Path(path), e)})") from None
-
-
-def check_footer(path: str | Path, table: str) -> None:
-    """`check_table` on the footer alone: the file is Parquet and holds `table`'s columns (no page is read)."""
-    if problem := schema_problem(_footer_schema(path), table):
-        raise _damaged(path, problem)
+def unreadable(path: str | Path, error: Exception) -> UserError:
+    """The one-line error for a file that does not read as Parquet at all."""
+    return damaged(path, f"is unreadable ({_why_unreadable(Path(path), error)})")
 
 
 def file_metadata(path: str | Path) -> dict[str, str]:
     """The key-value metadata of a Parquet file (its footer only)."""
-    return _decoded(_footer_schema(path).metadata or {})
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception as e:
+        raise unreadable(path, e) from None
+    return _decoded(meta)
 
 
 def _decoded(meta: dict[bytes, bytes]) -> dict[str, str]:
