@@ -161,8 +161,9 @@ def test_ray_workers_each_sample_through_their_own_completion_server(
         spread = play_jobs(CompletionClient(first), fmt, jobs, GREEDY, horizon=3, where=where)
         worked = [p.cpu_times().user - t for p, t in zip((a, b), before, strict=True)]
     same(local, spread, logprob_tol=1e-4)
-    # each server sampled a worker's batches: an idle one uses ~0 s of CPU, here each did a share of the work
-    assert min(worked) > 0.05 and min(worked) > 0.15 * sum(worked)
+    # each server sampled for a worker: an idle one uses ~0 s of CPU. Not an equal share: Ray's pool hands the
+    # next batch to whichever worker is free, and on a loaded machine one took 90% of the work
+    assert min(worked) > 0.05
 
 
 def test_same_episodes_tells_equal_runs_from_different_ones(model, fmt, tmp_path, one_thread):
