@@ -46,11 +46,9 @@ LOCKED = {
 }
 
 
-def _create_views(db: duckdb.DuckDBPyConnection, data_dir: str | Path) -> list[str]:
+def _create_views(db: duckdb.DuckDBPyConnection, data_dir: str | Path) -> None:
     """One view per table over its files, read by DuckDB's own Parquet reader, every file checked whole first;
-    a table with no files yet is empty with the right columns. Returns the names of the empty Arrow tables
-    registered for those."""
-    registered = []
+    a table with no files yet is empty with the right columns."""
     for table, schema in TABLES.items():
         files = table_files(data_dir, table)
         for f in files:
@@ -61,9 +59,7 @@ def _create_views(db: duckdb.DuckDBPyConnection, data_dir: str | Path) -> list[s
         else:
             source = f"_{table}_empty"
             db.register(source, pa.Table.from_pylist([], schema=schema))
-            registered.append(source)
         db.execute(f"create view {table} as select * {VIEW_COLUMNS.get(table, '')} from {source}")
-    return registered
 
 
 def connect(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
