@@ -97,7 +97,8 @@ def test_agenttraj_rows_mask_the_replies_as_the_engine_does(fmt):
 
 
 def _rows(name, n):
-    return [{"input_ids": [hash(name) % 1000, i], "assistant_masks": [0, 1]} for i in range(n)]
+    """`n` rows whose ids differ from every other name's (not `hash`: salted per process, it can collide)."""
+    return [{"input_ids": [*map(ord, name), i], "assistant_masks": [0] * len(name) + [1]} for i in range(n)]
 
 
 def test_the_learning_set_merges_repeats_per_env_and_scales_by_epochs():
