@@ -14,11 +14,13 @@ gymflow rl-noise data/models/sft --batches 8  # how much of an RL step (params.y
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.abc
 import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +30,6 @@ from rich.table import Table
 
 from gymflow.env_names import ENV_NAMES, over_limit
 from gymflow.errors import UserError
-from gymflow.store.db import box, damaged_file, read_only, run_query
 
 if TYPE_CHECKING:
     from gymflow.envs.base import Task
@@ -37,6 +38,25 @@ if TYPE_CHECKING:
 # double the start-up time of `gymflow sql`.
 
 console = Console()
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.partition(".")[0] == "pandas":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+@contextlib.contextmanager
+def _without_pandas() -> Iterator[None]:
+    """Imports inside find no pandas. pyarrow.dataset imports pandas only to ask whether it is installed: 0.15 s,
+    a fifth of a `gymflow sql` at 10 M turns (benchmarks/store_scale.py). pyarrow imports it again for a call
+    that needs it."""
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def get_tasks(data: Path, env: str, split: str, n: int) -> list[Task]:
@@ -165,6 +185,8 @@ def cmd_sql(args: argparse.Namespace) -> None:
     """Read-only SQL over the tables; values printed as DuckDB writes them, never read as markup."""
     if args.limit < 0:
         raise UserError("--limit must be 0 (every row) or more")
+    with _without_pandas():
+        from gymflow.store.db import box, damaged_file, read_only, run_query
     try:
         result = run_query(read_only(args.data), args.query, args.limit)
     except (duckdb.Error, OSError) as e:  # OSError: a run-time error met while streaming the rows

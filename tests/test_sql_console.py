@@ -272,3 +272,20 @@ def test_a_reader_that_stops_early_is_no_error(repo):
     assert proc.stdout.read(100).startswith("┏".encode())
     proc.stdout.close()
     assert proc.wait(timeout=120) == 0 and proc.stderr.read() == b""
+
+
+def test_console_answers_without_pandas_and_pyarrow_still_finds_it(repo):
+    """`gymflow sql` keeps pandas out of its start-up (pyarrow.dataset imports it only to ask if it is there); a
+    pyarrow call that needs pandas afterwards in the same process still gets it."""
+    probe = (
+        "import sys\n"
+        "from gymflow.cli import main\n"
+        "main(['--data', 'data', 'sql', 'select count(*) as n from episodes'])\n"
+        "print('pandas loaded:', 'pandas' in sys.modules)\n"
+        "import pyarrow as pa\n"
+        "print(type(pa.table({'a': [1]}).to_pandas()).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "│ 7 " in out.stdout  # the three environments' expert episodes: 4 + 2 + 1
+    assert "pandas loaded: False" in out.stdout and out.stdout.rstrip().endswith("DataFrame")
