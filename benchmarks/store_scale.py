@@ -9,10 +9,11 @@ which Parquet would store once). Written with `write_rows` and `table_path`, tur
 `write_episodes` writes them.
 
 Then, per layout (`--layout`): files and bytes on disk; the open cost and peak memory of `connect` (views, every
-file checked), `read_only` (what `gymflow sql` opens: views over Arrow datasets, footers checked) and `copied`
-(what read_only was: every file checked and copied into memory), and how much a whole `check_table` pass costs;
-each query's seconds once opened (the best of two runs); and `gymflow sql` itself as a user runs it (a fresh
-process: wall seconds and peak RSS from /usr/bin/time). Layouts: `current` (the files `write_rows` writes),
+file checked), `read_only` (what `gymflow sql` opens: views over Arrow datasets, footers checked), `prebuffered`
+(read_only with pyarrow's default scan, each file's column chunks read up front) and `copied` (what read_only was:
+every file checked and copied into memory), and how much a whole `check_table` pass costs; each query's seconds
+once opened (the best of two runs); and `gymflow sql` itself as a user runs it, against the same with pandas
+imported and with pre-buffering (fresh processes: median wall seconds and peak RSS from /usr/bin/time). Layouts: `current` (the files `write_rows` writes),
 `rowgroups` (the same rows and options but row groups of `--row-group` rows) and `tuned` (that, turns sorted by
 episode and turn, min/max statistics).
 
@@ -21,6 +22,7 @@ seconds from its stored speed (episodes / episodes_per_s in data/metrics/evaluat
 `write_rows` of the same episodes and turns.
 
     python benchmarks/store_scale.py [--turns 10000000] [--layout current rowgroups tuned] [--out /tmp/store_scale]
+    python benchmarks/store_scale.py --reuse --layout current    # again, over the store a --keep run left
 """
 
 from __future__ import annotations
@@ -60,9 +62,10 @@ QUERIES = {
 }
 
 # connect: views over DuckDB's Parquet reader, every file checked first (the library's); read_only: views over
-# Arrow datasets, footers checked (`gymflow sql`, `gymflow view`); copied: what read_only did before, every file
-# checked and every table copied into memory, kept here as the alternative it is measured against.
-MODES = ("connect", "read_only", "copied")
+# Arrow datasets, footers checked (`gymflow sql`, `gymflow view`); prebuffered: read_only with pyarrow's default
+# for datasets, each file's column chunks read up front; copied: what read_only did before, every file checked and
+# every table copied into memory. prebuffered and copied are the alternatives read_only is measured against.
+MODES = ("connect", "read_only", "prebuffered", "copied")
 # current: as `write_rows` writes; rowgroups: the same with `--row-group` rows per row group; tuned: that, turns
 # sorted by (episode_id, turn), and min/max statistics.
 LAYOUTS = ["current", "rowgroups", "tuned"]
@@ -85,6 +88,7 @@ def copied(data):
     return db
 
 mode, data, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+exec(sys.argv[4])  # PREBUFFER for mode prebuffered
 out = {}
 start = time.perf_counter()
 for table in TABLES:
@@ -92,7 +96,7 @@ for table in TABLES:
         check_table(f, table)
 out["check_s"] = time.perf_counter() - start
 start = time.perf_counter()
-db = {"connect": connect, "read_only": read_only, "copied": copied}[mode](data)
+db = {"connect": connect, "read_only": read_only, "prebuffered": read_only, "copied": copied}[mode](data)
 out["open_s"] = time.perf_counter() - start
 for name, q in queries.items():
     best = float("inf")
@@ -163,6 +167,15 @@ def generate(data: Path, root: Path, target_turns: int, seed: int) -> tuple[floa
     return write_s, n_episodes, n_turns, sample_id
 
 
+def sample_episode(root: Path) -> str:
+    """The episode `generate` picks for the lookup: the middle one of the first episodes file with over 100."""
+    for f in sorted(root.rglob("*.episodes.parquet")):
+        ids = pq.read_table(f, columns=["episode_id"])["episode_id"]
+        if len(ids) > 100:
+            return ids[len(ids) // 2].as_py()
+    sys.exit(f"error: no episodes file of over 100 episodes under {root}")
+
+
 def rewrite(src: Path, dst: Path, row_group: int, tuned: bool) -> float:
     """Rewrite every table under `src` to `dst` with row groups of `row_group` rows and else `write_rows`'s
     options (the `rowgroups` layout: the same rows in the same order); if `tuned`, also turns sorted by
@@ -200,14 +213,39 @@ def timed(command: list[str]) -> tuple[str, float, float]:
 
 
 def measure(mode: str, root: Path, queries: dict[str, str]) -> dict[str, float]:
-    stdout, _, rss = timed([sys.executable, "-c", CHILD, mode, str(root), json.dumps(queries)])
+    patch = PREBUFFER if mode == "prebuffered" else ""
+    stdout, _, rss = timed([sys.executable, "-c", CHILD, mode, str(root), json.dumps(queries), patch])
     return json.loads(stdout.splitlines()[-1]) | {"peak_rss_mib": rss}
 
 
-def cli(root: Path, query: str) -> tuple[float, float]:
-    """`gymflow --data ROOT sql QUERY` as a user runs it: (wall seconds, peak RSS MiB)."""
-    _, wall, rss = timed([str(Path(sys.executable).with_name("gymflow")), "--data", str(root), "sql", query])
-    return wall, rss
+# read_only's files scanned as pyarrow scans a dataset by default, each file's column chunks read up front (pandas
+# kept out, as `gymflow sql` keeps it).
+PREBUFFER = """
+from gymflow.cli import _without_pandas
+with _without_pandas():
+    import pyarrow.dataset as ds
+    import gymflow.store.db
+options = ds.ParquetFragmentScanOptions(page_checksum_verification=True, pre_buffer=True)
+gymflow.store.db._VERIFIED_PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=options)
+"""
+
+# `gymflow sql` as installed, and two alternatives: pandas imported first (as pyarrow.dataset would import it, were
+# the console not keeping it out), and the files pre-buffered.
+CONSOLES = {
+    "gymflow sql": [str(Path(sys.executable).with_name("gymflow"))],
+    "with pandas": [sys.executable, "-c", "import pandas; from gymflow.cli import main; main()"],
+    "prebuffered": [sys.executable, "-c", PREBUFFER + "from gymflow.cli import main; main()"],
+}
+
+
+def cli(console: list[str], root: Path, query: str, runs: int) -> tuple[list[float], float]:
+    """`console --data ROOT sql QUERY` as a user runs it, `runs` times: (sorted wall seconds, peak RSS MiB)."""
+    walls, peak = [], 0.0
+    for _ in range(runs):
+        _, wall, rss = timed([*console, "--data", str(root), "sql", query])
+        walls.append(wall)
+        peak = max(peak, rss)
+    return sorted(walls), peak
 
 
 def write_share(data: Path) -> None:
@@ -255,23 +293,30 @@ def main() -> None:
         "--cli",
         nargs="*",
         choices=list(QUERIES),
-        default=["readme_success", "readme_join_limit", "one_episode"],
+        default=["readme_success", "readme_rl", "readme_join_limit", "one_episode"],
         help="queries also run through `gymflow sql` itself (each opens the whole store)",
     )
+    p.add_argument("--cli-runs", type=int, default=7, help="fresh `gymflow sql` processes per query")
+    p.add_argument("--reuse", action="store_true", help="measure the store a --keep run left in --out")
     args = p.parse_args()
     if not real_files(args.data):
         sys.exit(f"error: no rollout tables under {args.data}/rollouts: run `dvc repro` first")
-    write_share(args.data)
+    current = args.out / "current"
+    if args.reuse and not any(current.rglob("*.parquet")):
+        sys.exit(f"error: no store under {current} to reuse: run once with --keep")
     try:
-        current = args.out / "current"
-        shutil.rmtree(args.out, ignore_errors=True)
-        start = time.perf_counter()
-        write_s, n_eps, n_turns, episode = generate(args.data, current, args.turns, args.seed)
-        total = time.perf_counter() - start
-        log(
-            f"\nwrote {n_eps:,} episodes, {n_turns:,} turns: {write_s:.0f} s in write_rows "
-            f"({n_turns / write_s:,.0f} turns/s), {total:.0f} s with making the rows"
-        )
+        if args.reuse:
+            episode = sample_episode(current)
+        else:
+            write_share(args.data)
+            shutil.rmtree(args.out, ignore_errors=True)
+            start = time.perf_counter()
+            write_s, n_eps, n_turns, episode = generate(args.data, current, args.turns, args.seed)
+            total = time.perf_counter() - start
+            log(
+                f"\nwrote {n_eps:,} episodes, {n_turns:,} turns: {write_s:.0f} s in write_rows "
+                f"({n_turns / write_s:,.0f} turns/s), {total:.0f} s with making the rows"
+            )
         queries = {k: q.format(episode=episode) for k, q in QUERIES.items()}
         roots = {}
         if "current" in args.layout:
@@ -288,17 +333,36 @@ def main() -> None:
             res = {mode: measure(mode, root, queries) for mode in MODES}
             for mode, r in res.items():
                 log(
-                    f"  {mode:9}: open {r['open_s']:.2f} s (check_table alone {r['check_s']:.2f} s), "
+                    f"  {mode:11}: open {r['open_s']:.2f} s (check_table alone {r['check_s']:.2f} s), "
                     f"peak RSS {r['peak_rss_mib']:,.0f} MiB"
                 )
-            log(f"  {'query seconds':18} " + " ".join(f"{m:>9}" for m in MODES) + "  copied/read_only")
+            log(
+                f"  {'query seconds':18} "
+                + " ".join(f"{m:>11}" for m in MODES)
+                + "  x read_only: prebuffered copied"
+            )
             for q in queries:
-                times = " ".join(f"{res[m][q]:9.3f}" for m in MODES)
-                log(f"  {q:18} {times}  {res['copied'][q] / res['read_only'][q]:16.2f}")
-            log("  `gymflow sql QUERY` as a user runs it (a fresh process each: open, query, print):")
+                times = " ".join(f"{res[m][q]:11.3f}" for m in MODES)
+                ratios = " ".join(
+                    f"{res[m][q] / res['read_only'][q]:11.2f}" for m in ("prebuffered", "copied")
+                )
+                log(f"  {q:18} {times}  {ratios}")
+            log(
+                f"  `gymflow sql QUERY` as a user runs it, a fresh process each (open, query, print), "
+                f"{args.cli_runs} runs: median (min-max) wall seconds, peak RSS"
+            )
             for q in args.cli:
-                wall, rss = cli(root, queries[q])
-                log(f"    {q:18} {wall:6.1f} s wall, peak RSS {rss:,.0f} MiB")
+                line = {}
+                for name, console in CONSOLES.items():
+                    walls, rss = cli(console, root, queries[q], args.cli_runs)
+                    line[name] = walls[len(walls) // 2]
+                    log(
+                        f"    {q:18} {name:12} {line[name]:5.2f} s ({walls[0]:.2f}-{walls[-1]:.2f}), {rss:,.0f} MiB"
+                    )
+                ratios = ", ".join(
+                    f"{n} {line[n] / line['gymflow sql']:.2f}" for n in CONSOLES if n != "gymflow sql"
+                )
+                log(f"    {q:18} x gymflow sql: {ratios}")
             results[name] = (res, size)
         if "current" in results:
             cur, cur_size = results["current"]
@@ -310,7 +374,7 @@ def main() -> None:
                     ratios = " ".join(f"{q}={res[mode][q] / cur[mode][q]:.2f}" for q in queries)
                     log(f"  {mode}: open {res[mode]['open_s'] / cur[mode]['open_s']:.2f}; queries {ratios}")
     finally:
-        if not args.keep:
+        if not (args.keep or args.reuse):
             shutil.rmtree(args.out, ignore_errors=True)
 
 
