@@ -48,8 +48,8 @@ class _NoPandas(importlib.abc.MetaPathFinder):
 
 @contextlib.contextmanager
 def _without_pandas() -> Iterator[None]:
-    """Imports inside find no pandas. pyarrow.dataset imports pandas only to ask whether it is installed: 0.15 s,
-    a fifth of a `gymflow sql` at 10 M turns (benchmarks/store_scale.py). pyarrow imports it again for a call
+    """Imports inside find no pandas. pyarrow.dataset imports pandas only to ask whether it is installed: 0.14-0.18 s
+    of a 0.3-0.7 s `gymflow sql` at 10 M turns (benchmarks/store_scale.py). pyarrow imports it again for a call
     that needs it."""
     finder = _NoPandas()
     sys.meta_path.insert(0, finder)
