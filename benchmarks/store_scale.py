@@ -13,9 +13,9 @@ file checked), `read_only` (what `gymflow sql` opens: views over Arrow datasets,
 (read_only with pyarrow's default scan, each file's column chunks read up front) and `copied` (what read_only was:
 every file checked and copied into memory), and how much a whole `check_table` pass costs; each query's seconds
 once opened (the best of two runs); and `gymflow sql` itself as a user runs it, against the same with pandas
-imported and with pre-buffering (fresh processes: median wall seconds and peak RSS from /usr/bin/time). Layouts: `current` (the files `write_rows` writes),
-`rowgroups` (the same rows and options but row groups of `--row-group` rows) and `tuned` (that, turns sorted by
-episode and turn, min/max statistics).
+imported and with pre-buffering (fresh processes: median wall seconds and peak RSS from /usr/bin/time).
+Layouts: `current` (the files `write_rows` writes), `rowgroups` (the same rows and options but row groups of
+`--row-group` rows) and `tuned` (that, turns sorted by episode and turn, min/max statistics).
 
 Last, the share of rollout wall time spent writing rollouts: for each environment of `evaluate@sft`, the rollout
 seconds from its stored speed (episodes / episodes_per_s in data/metrics/evaluate/sft.json) against a timed
@@ -88,7 +88,6 @@ def copied(data):
     return db
 
 mode, data, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-exec(sys.argv[4])  # PREBUFFER for mode prebuffered
 out = {}
 start = time.perf_counter()
 for table in TABLES:
@@ -213,8 +212,8 @@ def timed(command: list[str]) -> tuple[str, float, float]:
 
 
 def measure(mode: str, root: Path, queries: dict[str, str]) -> dict[str, float]:
-    patch = PREBUFFER if mode == "prebuffered" else ""
-    stdout, _, rss = timed([sys.executable, "-c", CHILD, mode, str(root), json.dumps(queries), patch])
+    code = PREBUFFER + CHILD if mode == "prebuffered" else CHILD
+    stdout, _, rss = timed([sys.executable, "-c", code, mode, str(root), json.dumps(queries)])
     return json.loads(stdout.splitlines()[-1]) | {"peak_rss_mib": rss}
 
 
@@ -353,11 +352,12 @@ def main() -> None:
             )
             for q in args.cli:
                 line = {}
-                for name, console in CONSOLES.items():
+                for console_name, console in CONSOLES.items():
                     walls, rss = cli(console, root, queries[q], args.cli_runs)
-                    line[name] = walls[len(walls) // 2]
+                    median = line[console_name] = walls[len(walls) // 2]
                     log(
-                        f"    {q:18} {name:12} {line[name]:5.2f} s ({walls[0]:.2f}-{walls[-1]:.2f}), {rss:,.0f} MiB"
+                        f"    {q:18} {console_name:12} {median:5.2f} s ({walls[0]:.2f}-{walls[-1]:.2f}), "
+                        f"{rss:,.0f} MiB"
                     )
                 ratios = ", ".join(
                     f"{n} {line[n] / line['gymflow sql']:.2f}" for n in CONSOLES if n != "gymflow sql"

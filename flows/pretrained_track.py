@@ -127,10 +127,11 @@ def table(runs: dict[str, dict[str, dict]]) -> str:
     sft, evol = [], []
     for seed in SEEDS:
         run = runs.get(name(seed), {})
-        if success(run, "sft") is None or success(run, "evol1") is None:
+        pair = success(run, "sft"), success(run, "evol1")
+        if None in pair:
             continue
-        sft.append(success(run, "sft"))
-        evol.append(success(run, "evol1"))
+        sft.append(pair[0])
+        evol.append(pair[1])
         explored = run.get("explore/evol1", {}).get("maze", {})
         kept = run.get("learn/evol1", {}).get("kept", {}).get("maze", "-")
         lines.append(f"| {seed} | {sft[-1]:.2f} | {evol[-1]:.2f} | {explored.get('success', '-')} | {kept} |")
