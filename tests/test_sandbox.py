@@ -1,9 +1,11 @@
-"""The sandbox (gymflow/sandbox): each escape of issue 26 ends as a failed case, never a hung or damaged run.
+"""The sandbox (gymflow/sandbox): each escape of issues 26 and 37 ends as a failed case, never a hung or damaged
+run.
 
 Escapes run in up to three modes: "all" (what callers get), "kernel" (namespaces, chroot, rlimits and the uid
-drop without the audit hook) and "hook" (rlimits and the audit hook only, as in a container that allows no
-namespaces), so a test fails when either defence alone stops holding. "kernel" is skipped where the machine
-does not allow those layers.
+drop, without Landlock, seccomp or the audit hook) and "nons" (Landlock, seccomp and rlimits, without
+namespaces, the uid drop or the audit hook: a machine that allows no namespaces, after the candidate rewrote
+the hook's state), so a test fails when either set of kernel walls alone stops holding. The audit hook alone
+(rlimits and the hook) is refused by default. A mode is skipped where the machine does not allow its layers.
 """
 
 from __future__ import annotations
@@ -28,15 +30,20 @@ REPO = Path(__file__).resolve().parents[1]
 MODES = {
     "all": LAYERS,
     "kernel": ("nonewprivs", "netns", "chroot", "rlimits", "uid"),
-    "hook": ("rlimits", "audit"),
+    "nons": ("nonewprivs", "rlimits", "landlock", "seccomp"),
 }
+NEEDS = {"all": set(), "kernel": {"netns", "chroot", "uid"}, "nons": {"landlock", "seccomp"}}
 FAST = Limits(cpu_seconds=1, wall_seconds=5, case_seconds=0.3)
+
+
+def skip_unless_machine_allows(mode: str) -> None:
+    if not NEEDS[mode] <= set(sandbox.layers()):
+        pytest.skip(f"this machine gives the sandbox only {sandbox.layers()}")
 
 
 @pytest.fixture(params=list(MODES))
 def mode(request: pytest.FixtureRequest) -> str:
-    if request.param == "kernel" and not {"netns", "chroot", "uid"} <= set(sandbox.layers()):
-        pytest.skip(f"this machine gives the sandbox only {sandbox.layers()}")
+    skip_unless_machine_allows(request.param)
     return request.param
 
 
@@ -326,7 +333,9 @@ def test_sockets_are_refused_and_the_listener_sees_nothing(mode: str) -> None:
         with pytest.raises(BlockingIOError):
             listener.accept()
     assert all("error" in case for case in out.value), out.value
-    if mode != "kernel":  # the hook refuses socket() itself; the kernel only leaves it nowhere to go
+    if (
+        mode == "all"
+    ):  # the hook refuses socket() first; seccomp refuses it too; a netns leaves it nowhere to go
         assert out.value[1]["error"] == "PermissionError: sandbox: socket.__new__ refused"
 
 
@@ -381,13 +390,16 @@ print(json.dumps({"value": out.value, "stdout": out.stdout, "error": out.error})
 """
 
 
-def _probe_parent(layers: tuple[str, ...], tmp_path: Path) -> tuple[str, dict]:
+def _probe_parent(layers: tuple[str, ...], tmp_path: Path, trusted: bool = False) -> tuple[str, dict]:
     """Start a parent holding a secret in its environment, argv, memory and an open descriptor; return the
     secret and what the probe, sandboxed by that parent, found."""
     secret = f"gymflow-secret-{uuid.uuid4().hex}"
     secret_file = tmp_path / "reference.txt"
     secret_file.write_text(secret)
     env = {**os.environ, "GYMFLOW_TEST_SECRET": secret, "SECRET_FILE": str(secret_file)}
+    env.pop(sandbox.TRUSTED, None)
+    if trusted:
+        env[sandbox.TRUSTED] = "trusted"
     shown = subprocess.run(
         [sys.executable, "-c", PARENT, secret, ",".join(layers), PROBE],
         cwd=REPO,
@@ -410,7 +422,7 @@ def test_the_probe_finds_secrets_the_walls_do_not_hide(tmp_path: Path) -> None:
     """Without the hook and as the same user as the parent, the probe above does find the secret: it tests."""
     if os.geteuid() != 0:
         pytest.skip("the control needs the parent's /proc entries readable, as root")
-    _, probed = _probe_parent(("rlimits",), tmp_path)
+    _, probed = _probe_parent(("rlimits",), tmp_path, trusted=True)  # refused unless trusted: see below
     assert {"environ", "cmdline", "mem"} <= set(probed["found"])
 
 
@@ -432,3 +444,159 @@ def test_printing_or_writing_forged_results_does_not_pass(mode: str) -> None:
     out = run(fn(body, "x"), [[0], [1]], mode)
     assert not (out.ok and any(matches(42, case) for case in out.value))
     assert out.error == "result channel corrupted"
+
+
+# ------------------------------------------------------------------------- the hook is not a wall (issue 37)
+
+DISABLE_HOOK = """
+import __main__, gc
+__main__.REFUSED_EVENTS = ("no-such-event.",)
+__main__.REFUSED_IMPORTS = frozenset()
+__main__.MUTATING_EVENTS = {}
+for obj in gc.get_objects():
+    if callable(obj) and getattr(obj, "__name__", "") == "hook" and getattr(obj, "__closure__", None):
+        for name, cell in zip(obj.__code__.co_freevars, obj.__closure__):
+            if name == "inside":
+                cell.cell_contents = lambda path, roots: True
+            if name == "me":
+                cell.cell_contents = -1
+"""
+
+
+def test_rewriting_the_hooks_state_escapes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37's escape: the hook's closure and the harness's globals are Python state the candidate reaches.
+    After rewriting them, ctypes imports, and every host-facing act still fails, with or without namespaces."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    host_file = REPO / "pyproject.toml"
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            listener.setblocking(False)
+            port = listener.getsockname()[1]
+            body = f"""
+            import os, signal
+            if x == 0:
+                return open({str(host_file)!r}).read(64)
+            if x == 1:
+                open({str(victim)!r}, "w").write("gone")
+                return "wrote"
+            if x == 2:
+                import socket
+                socket.create_connection(("127.0.0.1", {port}), timeout=1).sendall(b"leak")
+                return "connected"
+            if x == 3:
+                import subprocess
+                return subprocess.run(["id"], capture_output=True).stdout.decode()
+            if x == 4:
+                os.kill({sleeper.pid}, signal.SIGTERM)
+                return "signalled"
+            if x == 5:
+                signal.pidfd_send_signal(os.pidfd_open({sleeper.pid}), signal.SIGTERM)
+                return "signalled"
+            if x == 6:
+                return os.readlink(f"/proc/{{os.getppid()}}/cwd")
+            if x == 7:
+                return open(f"/proc/{{os.getppid()}}/environ", "rb").read(64).decode()
+            if x == 8:
+                import ctypes
+                libc = ctypes.CDLL(None)
+                return [libc.fork(), libc.socket(2, 1, 0), libc.kill({sleeper.pid}, 15)]
+            if x == 9:
+                import threading
+                t = threading.Thread(target=print)
+                t.start()
+                return "thread"
+            return "ran"
+            """
+            for mode in ("all", "nons"):
+                if not NEEDS[mode] <= set(sandbox.layers()):
+                    continue
+                want = MODES[mode] + ("audit",) if mode == "nons" else MODES[mode]
+                out = sandbox._run_tests(
+                    DISABLE_HOOK + fn(body, "x"), "f", [[k] for k in range(11)], FAST, 11, want
+                )
+                assert out.ok and out.value[10] == {"value": "ran"}, (mode, out)  # the rewrite itself worked
+                held = out.value[:10]
+                assert all("error" in case for case in held[:8]), (mode, held)
+                assert held[8] == {"value": [-1, -1, -1]}, (mode, held)  # ctypes loads; the kernel says no
+                assert "error" in held[9], (mode, held)  # processes=1: no thread either
+            with pytest.raises(BlockingIOError):
+                listener.accept()
+            # The control: behind the hook alone (trusted), the same rewrite reads the host and its parent
+            monkeypatch.setenv(sandbox.TRUSTED, "trusted")
+            out = sandbox._run_tests(
+                DISABLE_HOOK + fn(body, "x"), "f", [[0], [6]], FAST, 0, ("rlimits", "audit")
+            )
+            assert out.value == [{"value": host_file.read_text()[:64]}, {"value": os.getcwd()}]
+        assert sleeper.poll() is None, "the sandbox signalled a process outside it"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert victim.read_text() == "keep"
+
+
+def test_the_hook_alone_is_refused_unless_the_code_is_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel layers cannot contain code (here: only rlimits and the hook), nothing runs by default:
+    one line says why and what to enable; GYMFLOW_SANDBOX=trusted runs code the user vouches for."""
+    hook_only = ("rlimits", "audit")
+    monkeypatch.delenv(sandbox.TRUSTED, raising=False)
+    marker = "print('ran')\ndef f():\n    return 1\n"
+    with pytest.raises(UserError) as refused:
+        sandbox._run_tests(marker, "f", [[]], FAST, 0, hook_only)
+    line = str(refused.value)
+    assert "\n" not in line and "network, files, processes and signals" in line
+    assert "landlock" in line and "seccomp" in line and "GYMFLOW_SANDBOX=trusted" in line
+    from gymflow.sandbox.session import Session
+
+    with pytest.raises(UserError, match="refusing to run"):
+        Session(lambda *a: None, FAST, hook_only).run("print('ran')")
+    monkeypatch.setenv(sandbox.TRUSTED, "trusted")
+    out = sandbox._run_tests(marker, "f", [[]], FAST, 0, hook_only)
+    assert out.value == [{"value": 1}] and out.stdout == "ran\n"
+    monkeypatch.setenv(sandbox.TRUSTED, "yes")
+    with pytest.raises(UserError, match="the only value is 'trusted'"):
+        sandbox._run_tests(marker, "f", [[]], FAST, 0, hook_only)
+
+
+def _bpf(program: bytes, arch: int, nr: int, arg0: int) -> int:
+    """A classic-BPF interpreter for the instructions seccomp_program uses, over one seccomp_data."""
+    import struct
+
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)
+    insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == 0x06:
+            return k
+        else:
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        pc += 1
+
+
+def test_the_seccomp_program_gives_the_verdicts_worked_out_by_hand() -> None:
+    from gymflow.sandbox.child import SYSCALLS, seccomp_program
+
+    allow, eperm, enosys, kill = 0x7FFF0000, 0x00050001, 0x00050026, 0x80000000
+    x86, pid = SYSCALLS["x86_64"][0], 4242
+    for threads in (False, True):
+        prog = seccomp_program("x86_64", pid, threads)
+        verdict = lambda nr, arg0=0, prog=prog: _bpf(prog, x86, nr, arg0)  # noqa: E731
+        assert verdict(0) == allow and verdict(1) == allow  # read, write
+        assert verdict(41) == eperm and verdict(59) == eperm and verdict(57) == eperm  # socket, execve, fork
+        assert verdict(90) == eperm and verdict(272) == eperm  # chmod, unshare
+        assert verdict(62, pid) == allow and verdict(62, 0) == allow and verdict(62, pid + 1) == eperm  # kill
+        assert verdict(62, (-pid) & (2**64 - 1)) == eperm  # a process group, even its own
+        assert verdict(234, pid) == allow and verdict(234, 1) == eperm  # tgkill
+        assert verdict(435) == enosys  # clone3: glibc falls back to clone
+        assert verdict(56, 0x11) == eperm  # clone for fork (SIGCHLD)
+        assert verdict(56, 0x3D0F00) == (allow if threads else eperm)  # clone for a pthread (CLONE_THREAD)
+        assert verdict(0x40000000 + 41) == kill  # the x32 ABI
+        assert _bpf(prog, SYSCALLS["aarch64"][0], 0, 0) == kill  # a foreign architecture
+    arm = seccomp_program("aarch64", pid, False)
+    assert _bpf(arm, SYSCALLS["aarch64"][0], 198, 0) == eperm  # socket on aarch64
+    assert _bpf(arm, SYSCALLS["aarch64"][0], 129, pid) == allow  # kill of itself

@@ -18,16 +18,27 @@ session, stdin on /dev/null, cwd a private temporary directory removed afterward
 - uid (root only): the child drops to a uid and gid of its own (0x70000000 + its pid), so RLIMIT_NPROC binds,
   other processes cannot be signalled or traced, /proc/<parent> is unreadable, and file permissions hold.
   Without chroot it is skipped when the interpreter lives where other users cannot read it (e.g. /root/.pyenv).
+- landlock (Linux >= 5.13, no root needed): the process may read only the interpreter, the system libraries
+  and its directory, and write only its directory (and only under chroot, whose tmpfs bounds the total; on the
+  host's disk nothing would) and /dev/null; no TCP (ABI 4), no signals or abstract sockets reaching outside
+  (ABI 6), no ptrace of (or /proc/<pid>/cwd, environ, mem of) processes outside.
+- seccomp (no root needed): EPERM for socket(), exec, fork and clone (threads only if processes > 1), ptrace,
+  signals and pidfds aimed at any other process, io_uring, file modes, owners, times and xattrs, device nodes,
+  and namespace, mount, module, clock and key calls (`child.SYSCALLS`); a foreign syscall ABI kills it.
 - nonewprivs: no setuid binary can give privileges back.
 - audit: a sys.addaudithook hook refusing process creation, sockets, ctypes, signals to other processes,
   writes outside the private directory and reads outside it and the standard library.
 
-The audit hook is not a security boundary: native code (a CPython memory bug, crafted bytecode) gets past it.
-The kernel layers are the boundary; the hook only makes refusals early, readable, and present where a layer
-is missing. `layers()` says which hold on this machine. Without netns and uid (e.g. root in a container with
-no CAP_SYS_ADMIN and a private interpreter), native code could open sockets, fork, and write where root can.
-Not covered at all: a PID namespace (the child can see its own pid and its parent's number), seccomp, cgroup
-memory accounting (RLIMIT_AS bounds the address space, not page cache or tmpfs beyond the chroot's size).
+The audit hook is no wall: its function and the harness's globals are Python objects the candidate can reach
+(gc.get_objects(), `import __main__`) and rewrite, after which ctypes imports. It only makes refusals early and
+readable. The walls are the kernel layers, and the harness runs no candidate code unless they cover each kind
+of escape (`child.CONTAINMENT`): the network (netns or seccomp), files (chroot or landlock), and processes and
+signals (uid or seccomp). Where they do not (a kernel without Landlock or seccomp and no namespaces), every
+call raises a one-line UserError saying what to enable; GYMFLOW_SANDBOX=trusted runs code the user vouches
+for behind whatever walls there are. `layers()` says which hold on a machine.
+Still visible without namespaces: names and metadata (os.stat, os.readlink) of host paths, not their contents;
+the child's own pid and its parent's number. Not covered: cgroup memory accounting (RLIMIT_AS bounds the
+address space, not page cache or tmpfs beyond the chroot's size).
 
 Answers come back over a pipe of their own as length-prefixed JSON frames written by the harness, never over
 stdout, and the parent decodes them as plain data only (no pickle, no objects whose __eq__ could lie). The
@@ -62,12 +73,13 @@ from pathlib import Path
 from typing import Any
 
 from gymflow.errors import UserError
-from gymflow.sandbox.child import MAX_FRAME, encode
+from gymflow.sandbox.child import CONTAINMENT, MAX_FRAME, encode
 
 __all__ = ["Limits", "Outcome", "encode", "layers", "matches", "run_python", "run_tests"]
 
 # Every layer, attempted in this order; rlimits always hold, the others where the kernel allows.
-LAYERS = ("nonewprivs", "netns", "chroot", "rlimits", "uid", "audit")
+LAYERS = ("nonewprivs", "netns", "chroot", "rlimits", "uid", "landlock", "seccomp", "audit")
+TRUSTED = "GYMFLOW_SANDBOX"  # =trusted: run code even where the kernel layers cannot contain it
 UID_BASE = 0x70000000  # above systemd's container range, below 2**31 even with pid_max at its 2**22 ceiling
 HARNESS = Path(__file__).with_name("child.py")
 
@@ -169,8 +181,28 @@ def run_python(
 
 @functools.cache
 def layers() -> tuple[str, ...]:
-    """The walls a sandbox gets on this machine, e.g. ("nonewprivs", "netns", "chroot", "rlimits", "uid", "audit")."""
-    return run_python("0").layers
+    """The walls a sandbox gets on this machine, e.g. ("nonewprivs", "netns", "chroot", "rlimits", "uid",
+    "landlock", "seccomp", "audit"), whether or not they contain it."""
+    return _spawn([{"op": "exec", "source": "0"}], Limits(), LAYERS, trusted=True)[3]
+
+
+def _trusted() -> bool:
+    """Whether the user opted in to running code the machine's kernel layers cannot contain."""
+    value = os.environ.get(TRUSTED, "")
+    if value not in ("", "trusted"):
+        raise UserError(f"{TRUSTED}={value!r}: the only value is 'trusted' (or leave it unset)")
+    return value == "trusted"
+
+
+def refusal(walls: tuple[str, ...], missing: list[str]) -> UserError:
+    """The one line a caller gets where the sandbox refuses to run code: why, and what to enable."""
+    needs = "; ".join(f"{kind}: {' or '.join(CONTAINMENT[kind])}" for kind in missing)
+    return UserError(
+        f"sandbox: refusing to run model-written code: no kernel layer stops its {', '.join(missing)} escapes "
+        f"here (walls: {', '.join(walls) or 'none'}; the audit hook alone is no wall). Enable {needs} "
+        f"(Landlock and seccomp: Linux >= 5.13 unprivileged; netns, chroot, uid: root), or set {TRUSTED}=trusted "
+        "to run code you trust anyway"
+    )
 
 
 def _run_tests(
@@ -231,8 +263,13 @@ class Child:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def launch(limits: Limits, want: tuple[str, ...] = LAYERS, mode: str = "requests") -> Child:
-    """Start the harness (child.py) in `mode`; the caller sends its payload (`setup` and the requests)."""
+def launch(
+    limits: Limits, want: tuple[str, ...] = LAYERS, mode: str = "requests", trusted: bool | None = None
+) -> Child:
+    """Start the harness (child.py) in `mode`; the caller sends its payload (`setup` and the requests). Unless
+    `trusted` (default: the GYMFLOW_SANDBOX variable), the harness runs no candidate code where the kernel
+    layers do not contain it, and answers with the kinds of escape left open."""
+    trusted = _trusted() if trusted is None else trusted
     scratch = Path(tempfile.mkdtemp(prefix="gymflow-sandbox-"))
     home, root = scratch / "home", scratch / "root"
     home.mkdir()
@@ -274,6 +311,7 @@ def launch(limits: Limits, want: tuple[str, ...] = LAYERS, mode: str = "requests
         "tmp_mb": max(8, 4 * limits.file_mb),
         "parent": os.getpid(),
         "layers": want,
+        "trusted": trusted,
         "seconds": limits.case_seconds,
         "output": limits.output_kb * 1024,
         "limits": {
@@ -287,11 +325,12 @@ def launch(limits: Limits, want: tuple[str, ...] = LAYERS, mode: str = "requests
 
 
 def _spawn(
-    requests: list[dict[str, Any]], limits: Limits, want: tuple[str, ...]
+    requests: list[dict[str, Any]], limits: Limits, want: tuple[str, ...], trusted: bool | None = None
 ) -> tuple[list[dict[str, Any]], str, str, tuple[str, ...]]:
     """Run one sandbox process over `requests`; return its answers (fewer if it died), its output, why it died
-    (meaningful only if answers are missing) and the layers that held."""
-    child = launch(limits, want)
+    (meaningful only if answers are missing) and the layers that held. Raises `refusal` where the walls do not
+    contain candidate code (and it is not trusted)."""
+    child = launch(limits, want, trusted=trusted)
     proc = child.proc
     try:
         payload = pickle.dumps({"setup": child.setup, "requests": requests})
@@ -302,6 +341,8 @@ def _spawn(
     walls: tuple[str, ...] = ()
     if frames and isinstance(frames[0].get("layers"), list):  # written before any candidate code runs
         walls = tuple(str(name) for name in frames[0]["layers"])
+        if frames[0].get("refused"):
+            raise refusal(walls, [str(kind) for kind in frames[0]["refused"]])
         frames = frames[1:]
     elif frames:
         killed = "result channel corrupted"

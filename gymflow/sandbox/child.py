@@ -25,10 +25,73 @@ MAX_DEPTH = 100  # nesting followed by `encode`; deeper values are an error
 ERROR_CHARS = 300  # an error is one line of at most this many characters
 
 # <linux/sched.h>, <linux/mount.h>, <linux/prctl.h>
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_THREAD = 0x00020000, 0x10000000, 0x40000000, 0x00010000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 MS_PRIVATE = 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
+
+# <linux/landlock.h>: the syscalls share their numbers on every architecture.
+LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_RULE_PATH_BENEATH, LANDLOCK_CREATE_RULESET_VERSION = 1, 1
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1, 2, 4, 8
+FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_DIR, FS_MAKE_REG = 16, 32, 128, 256
+FS_TRUNCATE = 1 << 14  # ABI 3
+FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}  # every right of an ABI
+NET_TCP = 1 | 2  # bind, connect (ABI 4): handled with no rule, so refused
+SCOPE_UNIX_AND_SIGNAL = 1 | 2  # abstract unix sockets, signals to processes outside the domain (ABI 6)
+
+# <linux/seccomp.h>, <linux/filter.h>, <linux/audit.h>
+SECCOMP_ALLOW, SECCOMP_KILL = 0x7FFF0000, 0x80000000
+BPF_LD_ABS, BPF_JEQ, BPF_JGE, BPF_JSET, BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
+# Per architecture: its audit id, then the syscalls refused outright (EPERM) and those allowed only on this
+# process (argument 0 must be its pid, or 0 for kill), the refusals the kernel layers rest on without namespaces:
+# sockets, new programs and processes, tracing, signals and pidfds aimed at others, io_uring (it runs syscalls
+# the filter never sees), changes to file metadata (Landlock guards contents, not modes, owners or times), device
+# nodes, and the namespace, mount, module, clock and key calls a root process could climb out with.
+SYSCALLS = {
+    "x86_64": (0xC000003E, {
+        "socket": 41, "socketpair": 53, "execve": 59, "execveat": 322, "fork": 57, "vfork": 58,
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_open": 434,
+        "pidfd_send_signal": 424, "pidfd_getfd": 438, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "bpf": 321, "userfaultfd": 323, "perf_event_open": 298, "unshare": 272,
+        "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "keyctl": 250,
+        "add_key": 248, "request_key": 249, "open_by_handle_at": 304, "name_to_handle_at": 303,
+        "kcmp": 312, "move_mount": 429, "open_tree": 428, "fsopen": 430, "fsmount": 432,
+        "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93,
+        "lchown": 94, "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
+        "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198,
+        "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466, "mknod": 133, "mknodat": 259,
+        "reboot": 169, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+        "delete_module": 176, "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305,
+        "adjtimex": 159, "sethostname": 170, "setdomainname": 171, "swapon": 167, "swapoff": 168,
+        "iopl": 172, "ioperm": 173, "syslog": 103, "acct": 163, "quotactl": 179,
+    }, {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297},
+        {"clone": 56, "clone3": 435}),
+    "aarch64": (0xC00000B7, {
+        "socket": 198, "socketpair": 199, "execve": 221, "execveat": 281, "ptrace": 117,
+        "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_open": 434, "pidfd_send_signal": 424,
+        "pidfd_getfd": 438, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "bpf": 280, "userfaultfd": 282, "perf_event_open": 241, "unshare": 97, "setns": 268, "mount": 40,
+        "umount2": 39, "pivot_root": 41, "chroot": 51, "keyctl": 219, "add_key": 217, "request_key": 218,
+        "open_by_handle_at": 265, "name_to_handle_at": 264, "kcmp": 272, "move_mount": 429,
+        "open_tree": 428, "fsopen": 430, "fsmount": 432,
+        "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "fchown": 55, "fchownat": 54, "utimensat": 88,
+        "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
+        "fremovexattr": 16, "setxattrat": 463, "removexattrat": 466, "mknodat": 33,
+        "reboot": 142, "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
+        "delete_module": 106, "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266,
+        "adjtimex": 171, "sethostname": 161, "setdomainname": 162, "swapon": 224, "swapoff": 225,
+        "syslog": 116, "acct": 89, "quotactl": 60,
+    }, {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240},
+        {"clone": 220, "clone3": 435}),
+}  # fmt: skip
+# What each kind of escape needs at least one of, among the kernel layers (the audit hook never counts: the
+# candidate can reach and rewrite its state).
+CONTAINMENT = {
+    "network": ("netns", "seccomp"),
+    "files": ("chroot", "landlock"),
+    "processes and signals": ("uid", "seccomp"),
+}
 
 # Audit events refused outright (a prefix ending in "." refuses the family): processes, sockets, native code,
 # rlimits, links (a link could point the hook's path check at one file and the kernel at another).
@@ -204,6 +267,128 @@ def _build_root(libc: Any, root: str, uid: int | None, tmp_mb: int) -> str:
     return "/tmp"
 
 
+def _landlock(libc: Any, home: str, writable_home: bool) -> None:
+    """Restrict this process and its future threads, whatever its uid: read the interpreter, the system
+    libraries and its directory; write only there (and only if `writable_home`) and to /dev/null; no TCP;
+    no signals, ptrace or abstract sockets reaching outside. Raises OSError where the kernel has no Landlock."""
+    import ctypes
+
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    abi = syscall(
+        ctypes.c_long(LANDLOCK_CREATE_RULESET),
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    if abi < 1:
+        raise OSError(ctypes.get_errno(), "landlock: not enabled in this kernel")
+    fs = FS_BY_ABI[max(k for k in FS_BY_ABI if k <= abi)]
+    fields = [fs] + ([NET_TCP] if abi >= 4 else []) + ([SCOPE_UNIX_AND_SIGNAL] if abi >= 6 else [])
+    attr = (ctypes.c_uint64 * len(fields))(*fields)
+    ruleset = syscall(
+        ctypes.c_long(LANDLOCK_CREATE_RULESET),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+        ctypes.c_uint32(0),
+    )
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    read_dir, read_file = FS_READ_FILE | FS_READ_DIR, FS_READ_FILE
+    write_dir = (
+        FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_DIR | FS_MAKE_REG | (fs & FS_TRUNCATE)
+    )
+    rules = [(home, read_dir | (write_dir if writable_home else 0))]
+    rules += [(p, read_dir) for p in ("/usr", "/lib", "/lib64", "/lib32", "/libx32", sys.base_prefix)]
+    rules += [(p, read_file) for p in ("/etc/ld.so.cache", "/etc/localtime", "/dev/urandom", "/dev/random")]
+    rules += [(p, read_file | FS_WRITE_FILE | (fs & FS_TRUNCATE)) for p in ("/dev/null", "/dev/zero")]
+    try:
+        for path, access in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # not on this system (/lib32), or hidden by the chroot
+            try:
+                rule = PathBeneath(access & fs, fd)
+                if syscall(
+                    ctypes.c_long(LANDLOCK_ADD_RULE),
+                    ctypes.c_int(ruleset),
+                    ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+                    ctypes.byref(rule),
+                    ctypes.c_uint32(0),
+                ):
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule({path})")
+            finally:
+                os.close(fd)
+        if syscall(ctypes.c_long(LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)):
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def seccomp_program(arch: str, pid: int, threads: bool) -> bytes:
+    """A classic BPF program for seccomp: kill on a foreign architecture (x32 included); EPERM for the refused
+    syscalls, for signals and pidfds aimed at any process but `pid`, and for clone unless it starts a thread
+    (`threads`); ENOSYS for clone3, whose flags it cannot read (glibc then falls back to clone); allow the rest."""
+    audit_arch, refused, own_pid_only, clones = SYSCALLS[arch]
+    errno_eperm, errno_enosys = 0x00050000 | 1, 0x00050000 | 38
+    out: list[tuple[int, int, int, int]] = [
+        (BPF_LD_ABS, 0, 0, 4),  # seccomp_data.arch
+        (BPF_JEQ, 1, 0, audit_arch),
+        (BPF_RET, 0, 0, SECCOMP_KILL),
+        (BPF_LD_ABS, 0, 0, 0),  # seccomp_data.nr
+    ]
+    if arch == "x86_64":
+        out += [(BPF_JGE, 0, 1, 0x40000000), (BPF_RET, 0, 0, SECCOMP_KILL)]  # the x32 ABI's numbers
+    for nr in refused.values():
+        out += [(BPF_JEQ, 0, 1, nr), (BPF_RET, 0, 0, errno_eperm)]
+    out += [(BPF_JEQ, 0, 1, clones["clone3"]), (BPF_RET, 0, 0, errno_enosys)]
+    # clone: flags are argument 0 (low 32 bits at offset 16); a thread keeps CLONE_THREAD
+    if threads:
+        out += [(BPF_JEQ, 0, 4, clones["clone"]), (BPF_LD_ABS, 0, 0, 16), (BPF_JSET, 1, 0, CLONE_THREAD)]
+        out += [(BPF_RET, 0, 0, errno_eperm), (BPF_RET, 0, 0, SECCOMP_ALLOW)]
+    else:
+        out += [(BPF_JEQ, 0, 1, clones["clone"]), (BPF_RET, 0, 0, errno_eperm)]
+    for name, nr in own_pid_only.items():
+        allowed = (pid, 0) if name == "kill" else (pid,)
+        # nr? -> load argument 0; an allowed value -> allow, else EPERM. Not nr: on to the next rule.
+        out += [(BPF_JEQ, 0, len(allowed) + 3, nr), (BPF_LD_ABS, 0, 0, 16)]
+        out += [(BPF_JEQ, len(allowed) - i, 0, value) for i, value in enumerate(allowed)]
+        out += [(BPF_RET, 0, 0, errno_eperm), (BPF_RET, 0, 0, SECCOMP_ALLOW)]
+    out += [(BPF_RET, 0, 0, SECCOMP_ALLOW)]
+    import struct
+
+    return b"".join(struct.pack("<HBBI", *insn) for insn in out)
+
+
+def _seccomp(libc: Any, threads: bool) -> None:
+    """Install `seccomp_program` for this process (no_new_privs must be set). OSError if the kernel refuses."""
+    import ctypes
+    import platform
+
+    arch = platform.machine()
+    if arch not in SYSCALLS:
+        raise OSError(0, f"seccomp: no syscall table for {arch}")
+    program = seccomp_program(arch, os.getpid(), threads)
+    code = ctypes.create_string_buffer(program, len(program))
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = Fprog(len(program) // 8, ctypes.addressof(code))
+    _call(libc, "prctl", PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0)
+
+
+def contained(layers: list[str] | tuple[str, ...]) -> list[str]:
+    """The kinds of escape no kernel layer among `layers` stops (empty when the walls hold without the hook)."""
+    return [kind for kind, any_of in CONTAINMENT.items() if not set(any_of) & set(layers)]
+
+
 def _reachable_by_others(path: str) -> bool:
     """Whether a uid with no rights of its own can read `path` (every directory above it searchable)."""
     path = os.path.realpath(path)
@@ -277,6 +462,19 @@ def put_up_walls(setup: dict[str, Any]) -> tuple[list[str], str]:
             _call(libc, "prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != setup["parent"]:
         os._exit(1)
+    # Without namespaces these two are the walls (with them, a second one): both need no_new_privs, no root.
+    if libc is not None and "nonewprivs" in layers and "landlock" in want:
+        try:  # a private directory on the host's disk gets no writes: nothing there would bound their total
+            _landlock(libc, home, writable_home="chroot" in layers)
+            layers.append("landlock")
+        except OSError:
+            pass
+    if libc is not None and "nonewprivs" in layers and "seccomp" in want:
+        try:
+            _seccomp(libc, threads=limits["processes"] > 1)
+            layers.append("seccomp")
+        except OSError:
+            pass
     for module in ("ctypes", "_ctypes", "ctypes._endian"):  # loaded above; candidates must import it anew
         sys.modules.pop(module, None)
     return layers, home
@@ -600,6 +798,10 @@ def main(in_fd: int, out_fd: int, mode: str = "requests") -> None:
     if "audit" in setup["layers"]:
         install_audit_hook(home)
         layers.append("audit")
+    missing = contained(layers)
+    if missing and not setup["trusted"]:  # fail closed: no candidate code runs
+        write_frame(out_fd, {"layers": layers, "refused": missing})
+        os._exit(0)
     write_frame(out_fd, {"layers": layers})
     if mode == "session":
         session(in_fd, out_fd, setup["seconds"], setup["output"])

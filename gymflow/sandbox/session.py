@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gymflow.sandbox import LAYERS, Child, Limits, _death, _take_frames, launch
+from gymflow.sandbox import LAYERS, Child, Limits, _death, _take_frames, launch, refusal
 
 MAX_CALLS = 1_000  # API calls one cell may make; later ones are refused (a loop over a paginated list fits)
 MAX_FRAMES = 1 << 16  # frames one read may carry (64 KiB of the smallest); more is a forger's flood
@@ -164,6 +164,10 @@ class Session:
             first = frames[0]
             if not isinstance(first.get("layers"), list):
                 raise OSError("a malformed first frame")
+            if first.get("refused"):
+                child.close()
+                self.buffer.clear()
+                raise refusal(tuple(map(str, first["layers"])), [str(kind) for kind in first["refused"]])
         except OSError as e:
             child.close()
             self.buffer.clear()
