@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from gymflow.env_names import ENV_NAMES, over_limit
+from gymflow.env_names import DEMONSTRATORS, ENV_NAMES, VIEWS, over_limit
 from gymflow.errors import UserError
 
 # Episodes per task (pass@k's k, AgentEvol's and RL's K): published settings use 1 to 64. The bound keeps a typo
@@ -46,12 +46,36 @@ class InstructionsConfig(Section):
     eval: dict[str, NonNegativeInt] = Field(
         description="held-out AgentEval tasks per environment (AgentGym: 25-200)"
     )
+    views: dict[str, str] = Field(
+        default_factory=dict, description="environment -> observation format its tasks are shown in"
+    )
+
+    @field_validator("views")
+    @classmethod
+    def _known_views(cls, views: dict[str, str]) -> dict[str, str]:
+        for env, view in views.items():
+            if view not in VIEWS.get(env, ()):
+                have = f"views {list(VIEWS[env])}" if env in VIEWS else "no choice of view"
+                raise ValueError(f"{env}: {view!r} is not a view; it has {have}")
+        return views
 
 
 class TrajectoriesConfig(Section):
-    """AgentTraj: how many train tasks per environment the expert solves (the rest is left to exploration)."""
+    """AgentTraj: how many train tasks per environment the demonstrator plays (the rest is left to exploration)
+    and, per environment, which demonstrator: "expert" (the default) or an imperfect one the game offers."""
 
     tasks: dict[str, NonNegativeInt]
+    demonstrators: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("demonstrators")
+    @classmethod
+    def _known_demonstrators(cls, chosen: dict[str, str]) -> dict[str, str]:
+        for env, kind in chosen.items():
+            if kind not in DEMONSTRATORS.get(env, ("expert",)):
+                raise ValueError(
+                    f"{env}: no demonstrator {kind!r}; it has {list(DEMONSTRATORS.get(env, ('expert',)))}"
+                )
+        return chosen
 
 
 class ModelConfig(Section):
@@ -205,6 +229,9 @@ class EvolSettings(Section):
     temperature: float = Field(0.7, gt=0)
     threshold: float = Field(
         0.0, description="keep explored episodes that succeeded with reward >= threshold"
+    )
+    keep: Literal["all", "shortest"] = Field(
+        "all", description="every kept episode, or per task the one of fewest turns (ties: lowest sample)"
     )
     merge_sft: bool = Field(True, description="learn on the kept episodes plus the SFT data (AgentTraj)")
     learn_from: Literal["init", "sft", "last"] = Field(

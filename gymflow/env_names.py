@@ -25,6 +25,10 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     },  # endless (12 templates x scenario seeds x 3 variants); ~0.6 ms, ~2 KB per task
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
+# name -> the observation formats it can show (`instructions.views`; the first is the default) and who can play
+# its AgentTraj (`trajectories.demonstrators`), where there is a choice. The classes declare the same.
+VIEWS: dict[str, tuple[str, ...]] = {"maze": ("coords", "verbal")}
+DEMONSTRATORS: dict[str, tuple[str, ...]] = {"maze": ("expert", "greedy")}
 
 
 def over_limit(env: str, n_train: int, n_eval: int) -> tuple[str, int] | None:

@@ -15,7 +15,7 @@ def main() -> None:
     cfg = params.instructions
     sizes = {env: (cfg.train[env], cfg.eval[env]) for env in params.envs}
     counts = {}
-    for env, count in build_all("data", sizes, cfg.seed):
+    for env, count in build_all("data", sizes, cfg.seed, cfg.views):
         counts[env] = count
         print(f"{env}: {count['train']} train, {count['eval']} eval tasks", flush=True)
     write_metrics("instructions", {env: counts[env] for env in params.envs})

@@ -23,7 +23,9 @@ def main() -> None:
     settings, explorer = params.evol.at(name), params.evol.iterations[name].explorer
     tokenizer = load_tokenizer(resolve("data/models/init"))
     rollouts = Path("data/rollouts/explore") / name
-    kept = kept_episodes(rollouts, params.evol.index(name), settings.threshold, ChatFormat(tokenizer))
+    kept = kept_episodes(
+        rollouts, params.evol.index(name), settings.threshold, ChatFormat(tokenizer), settings.keep
+    )
     write_kept(Path("data/evol") / f"{name}.kept.parquet", kept)
     by_env = defaultdict(list)
     for row in kept:

@@ -20,7 +20,7 @@ def main() -> None:
     tasks = {env: load_tasks("data", env, "train")[: n[env]] for env in params.envs}
     digest = config_hash([params.instructions.model_dump(), params.trajectories.model_dump()])
     info = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert", config_hash=digest)
-    gather_trajectories(tasks, ROLLOUTS, "data/agenttraj", info)
+    gather_trajectories(tasks, ROLLOUTS, "data/agenttraj", info, params.trajectories.demonstrators)
     write_metrics("trajectories", trajectory_metrics(ROLLOUTS, params.envs))
 
 

@@ -188,6 +188,16 @@ class Env(ABC):
         """The expert's (thought, action) for the current state. Uses privileged state."""
         raise NoExpert(f"{self.spec.name} has no expert solver")
 
+    demonstrators: ClassVar[tuple[str, ...]] = ("expert",)
+    """Who can play AgentTraj (`trajectories.demonstrators`): "expert" and the imperfect ones a game offers."""
+
+    def demonstrator_step(self, kind: str, rng: random.Random) -> tuple[str, str]:
+        """The (thought, action) of demonstrator `kind` (one of `demonstrators`); its random choices come
+        from `rng`, seeded per task, so a demonstration is the same on every run."""
+        if kind == "expert":
+            return self.expert_step()
+        raise NoExpert(f"{self.spec.name} has no demonstrator {kind!r}; it has {list(self.demonstrators)}")
+
     def close(self) -> None:  # noqa: B027 (optional hook, not abstract)
         """Release external resources (processes, files)."""
 

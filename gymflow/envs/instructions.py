@@ -107,19 +107,31 @@ def load_tasks(data_dir: str | Path, env: str, split: str | None = None) -> list
     return [t for t in tasks if split is None or t.split == split]
 
 
-def build_env(data_dir: str | Path, env: str, n_train: int, n_eval: int, seed: int) -> dict[str, int]:
-    """Draw and save one environment's splits; how many tasks each holds."""
+def build_env(
+    data_dir: str | Path, env: str, n_train: int, n_eval: int, seed: int, view: str | None = None
+) -> dict[str, int]:
+    """Draw and save one environment's splits, shown in `view` (the game's default if None); how many tasks each
+    holds. The view travels in each task's `hidden`, so whoever plays the row (a stage, a server) shows it."""
     splits = build_splits(ENVS[env], n_train=n_train, n_eval=n_eval, seed=seed)
+    if view is not None:
+        splits = {name: [with_view(t, view) for t in tasks] for name, tasks in splits.items()}
     save_tasks(data_dir, env, splits)
     return {split: len(tasks) for split, tasks in splits.items()}
 
 
+def with_view(task: Task, view: str) -> Task:
+    return dataclasses.replace(task, hidden={**task.hidden, "view": view})
+
+
 def build_all(
-    data_dir: str | Path, sizes: dict[str, tuple[int, int]], seed: int
+    data_dir: str | Path, sizes: dict[str, tuple[int, int]], seed: int, views: dict[str, str] | None = None
 ) -> Iterator[tuple[str, dict[str, int]]]:
     """`build_env` for every env -> (train, eval) in `sizes`, one process per core, yielded as each ends:
     the slow ones (TextWorld games, ScienceWorld gold paths) overlap (`benchmarks/parallel_envs.py`)."""
+    views = views or {}
     with worker_pool(max(1, min(len(sizes), os.cpu_count() or 1))) as pool:  # workers die with the stage
-        jobs = {pool.submit(build_env, data_dir, env, *n, seed): env for env, n in sizes.items()}
+        jobs = {
+            pool.submit(build_env, data_dir, env, *n, seed, views.get(env)): env for env, n in sizes.items()
+        }
         for job in as_completed(jobs):
             yield jobs[job], job.result()

@@ -4,10 +4,18 @@ Mazes are generated from the task seed (a depth-first "perfect" maze with a few 
 out so that there are loops), stored in the task's `hidden` layout so a task never changes when
 the generator does. Positions are `row,col` as in LMRL-Gym: moving down adds 1 to the row,
 moving right adds 1 to the column. Reward is 1 on reaching the goal, 0 otherwise.
+
+Two views of the same game (`hidden["view"]`, set by `instructions.views`): "coords" (LMRL-Gym's, the
+default) shows the position, the goal and the walls, and leaves the arithmetic of where the goal lies to
+the agent; "verbal" states what a policy needs in words: "Goal is down and left. Open: up, down. Last
+move: up." Two demonstrators: "expert" (a shortest path) and "greedy", which moves toward the goal where
+that way is open and at random otherwise, with no memory: it solves about half the tasks, as an imperfect
+AgentTraj does.
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from collections.abc import Iterator
 
@@ -16,6 +24,7 @@ from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 SIZES = {"5x5": 5, "6x6": 6, "7x7": 7}
 
+VIEWS = ("coords", "verbal")
 SYSTEM_PROMPT = (
     "You are an expert maze solver. Reach the goal in as few moves as possible. Each turn you see your "
     "position, the goal and the walls next to you. Positions are row,col: moving down adds 1 to the row, "
@@ -121,17 +130,33 @@ class Maze(Env):
                 },
             )
 
+    demonstrators = ("expert", "greedy")
+
     def _reset(self, task: Task) -> str:
         h = task.hidden
         full = {d[0]: d for d in MOVES}
         self.open = [[{full[ch] for ch in cell} for cell in row] for row in h["open"]]
         self.pos = tuple(h["start"])
         self.goal = tuple(h["goal"])
+        self.view = h.get("view", "coords")
+        self.last: str | None = None
         return f"{task.instruction} {self._where()}"
 
     def _where(self) -> str:
+        if self.view == "verbal":
+            toward = " and ".join(self._toward())
+            last = self.last or "none"
+            return f"Goal is {toward}. Open: {', '.join(self._open_ways())}. Last move: {last}."
         walls = [d for d in MOVES if d not in self.open[self.pos[0]][self.pos[1]]]
         return f"pos {self.pos[0]},{self.pos[1]} goal {self.goal[0]},{self.goal[1]} walls: {', '.join(walls) or 'none'}"
+
+    def _toward(self) -> list[str]:
+        """The directions in which the goal lies (one or two), vertical first."""
+        dr, dc = self.goal[0] - self.pos[0], self.goal[1] - self.pos[1]
+        return [w for w, n in (("down", dr), ("up", -dr), ("right", dc), ("left", -dc)) if n > 0]
+
+    def _open_ways(self) -> list[str]:
+        return [m for m in MOVES if m in self.open[self.pos[0]][self.pos[1]]]
 
     def _step(self, action: str) -> Step:
         words = action.lower().split()
@@ -145,6 +170,7 @@ class Maze(Env):
         if direction not in self.open[self.pos[0]][self.pos[1]]:
             return Step(f"A wall blocks {direction}. {self._where()}", 0.0, False)
         self.pos = (self.pos[0] + MOVES[direction][0], self.pos[1] + MOVES[direction][1])
+        self.last = direction
         if self.pos == self.goal:
             return Step(f"You reached the goal at {self.goal[0]},{self.goal[1]}.", 1.0, True)
         return Step(self._where(), 0.0, False)
@@ -156,9 +182,17 @@ class Maze(Env):
         """The first move of a shortest path, with a thought built only from what the agent sees (where
         the goal lies, which ways open). The tiny default, 3 epochs of maze SFT: 36% held-out success with
         these thoughts, 4% with thoughts that stated the hidden path length (notes of issue 3)."""
-        d = shortest_path(self.open, self.pos, self.goal)[0]
-        dr, dc = self.goal[0] - self.pos[0], self.goal[1] - self.pos[1]
-        toward = [w for w, n in (("down", dr), ("up", -dr), ("right", dc), ("left", -dc)) if n > 0]
-        open_ways = [m for m in MOVES if m in self.open[self.pos[0]][self.pos[1]]]
-        thought = f"The goal is {' and '.join(toward)}. Open: {', '.join(open_ways)}. I move {d}."
-        return thought, f"move {d}"
+        return self._say(shortest_path(self.open, self.pos, self.goal)[0])
+
+    def demonstrator_step(self, kind: str, rng: random.Random) -> tuple[str, str]:
+        """ "greedy": toward the goal where open (a random one of two), else a random open way; no memory."""
+        if kind != "greedy":
+            return super().demonstrator_step(kind, rng)
+        open_ways = self._open_ways()
+        toward = [d for d in self._toward() if d in open_ways]
+        return self._say(rng.choice(toward or open_ways))
+
+    def _say(self, move: str) -> tuple[str, str]:
+        """A demonstration's turn: the thought states what the agent sees, then the move."""
+        thought = f"The goal is {' and '.join(self._toward())}. Open: {', '.join(self._open_ways())}. I move {move}."
+        return thought, f"move {move}"

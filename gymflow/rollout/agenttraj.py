@@ -49,9 +49,14 @@ def is_current(folder: Path, env: str, digest: str) -> bool:
 
 
 def gather_trajectories(
-    tasks: dict[str, list[Task]], rollout_dir: str | Path, json_dir: str | Path, info: RunInfo
+    tasks: dict[str, list[Task]],
+    rollout_dir: str | Path,
+    json_dir: str | Path,
+    info: RunInfo,
+    demonstrators: dict[str, str] | None = None,
 ) -> None:
-    """Run the expert on every task, keep the successes, write the tables and the JSON.
+    """Run the expert (or an env's demonstrator in `demonstrators`) on every task, keep the successes, write
+    the tables and the JSON.
 
     Environments play in parallel, one process per core (the slow ones, TextWorld compiles and ScienceWorld,
     overlap); each writes its own files when done, so an interrupted run keeps the finished ones. The workers
@@ -69,7 +74,8 @@ def gather_trajectories(
                     progress.console.print(f"{env_name}: up to date, skipped")
                     continue
                 bars[env_name] = progress.add_task(f"{env_name:>10}", total=len(env_tasks))
-                args = (env_name, env_tasks, rollout_dir, json_dir, info, digest, done)
+                demonstrator = (demonstrators or {}).get(env_name, "expert")
+                args = (env_name, env_tasks, rollout_dir, json_dir, info, digest, done, demonstrator)
                 jobs.append(pool.submit(_gather_env, *args))
             while not all(job.done() for job in jobs) or not done.empty():
                 with contextlib.suppress(queue.Empty):
@@ -86,13 +92,14 @@ def _gather_env(
     info: RunInfo,
     digest: str,
     done: queue.Queue,
+    demonstrator: str = "expert",
 ) -> None:
     """One environment's AgentTraj, in a worker process; `done` hears of every task played."""
     env = make_env(env_name)
     kept: list[Episode] = []
     try:
         for task in env_tasks:
-            ep = run_expert(env, task)
+            ep = run_expert(env, task, demonstrator=demonstrator)
             if ep.success:
                 kept.append(ep)
             done.put(env_name)

@@ -36,6 +36,13 @@ select env, episode_id, task_id, sample, reward, turns from episodes
 where stage = 'explore' and iteration = $iteration and success = 1 and reward >= $threshold
 order by env, task_id, sample
 """
+# `evol.keep: shortest`: of a task's kept episodes, the one of fewest turns (the filter then prefers the
+# explorer's better routes to a task, not only its lucky ones)
+SHORTEST_SQL = f"""
+select * from ({KEPT_SQL.strip()})
+qualify row_number() over (partition by env, task_id order by turns, sample) = 1
+order by env, task_id, sample
+"""
 
 KEPT_SCHEMA = pa.schema(
     [
@@ -88,11 +95,13 @@ def explore(
 
 
 def kept_episodes(
-    rollout_dir: Path, iteration: int, threshold: float, fmt: ChatFormat
+    rollout_dir: Path, iteration: int, threshold: float, fmt: ChatFormat, keep: str = "all"
 ) -> list[dict[str, Any]]:
-    """The filter (`KEPT_SQL`), with each kept episode's token ids and loss mask as the engine sampled them."""
+    """The filter (`KEPT_SQL`, or `SHORTEST_SQL` for keep "shortest"), with each kept episode's token ids and
+    loss mask as the engine sampled them."""
     db = connect(rollout_dir)
-    kept = db.execute(KEPT_SQL, {"iteration": iteration, "threshold": threshold}).fetchall()
+    sql = SHORTEST_SQL if keep == "shortest" else KEPT_SQL
+    kept = db.execute(sql, {"iteration": iteration, "threshold": threshold}).fetchall()
     turns = db.execute(
         "select episode_id, role, text, token_ids from turns where list_contains($ids, episode_id) "
         "order by episode_id, turn",
@@ -131,6 +140,16 @@ def learning_set(
     base = [row for env in envs for row in (sft.get(env, []) + kept.get(env, [])) * passes.get(env, 1)]
     whole, fraction = divmod(epochs, 1)
     return base * int(whole) + random.Random(seed).sample(base, round(fraction * len(base)))
+
+
+def matched_set(sft: dict[str, list[Row]], passes: dict[str, int], rows: int, seed: int) -> list[Row]:
+    """The control's learning set: the SFT data alone (`passes` per environment), as many rows as the method it
+    controls learned from (whole passes, then a seeded draw without repeats), so both take the same steps."""
+    base = [row for env in sft for row in sft[env] * passes.get(env, 1)]
+    if not base:
+        return []
+    whole, part = divmod(rows, len(base))
+    return base * whole + random.Random(seed).sample(base, part)
 
 
 def write_kept(path: Path, kept: list[dict[str, Any]]) -> None:
