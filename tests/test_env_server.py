@@ -7,7 +7,7 @@ import pytest
 import requests
 from fastapi.testclient import TestClient
 
-from gymflow.envs import make_env
+from gymflow.envs import ENVS, make_env
 from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.envs.textcraft import TextCraft
@@ -113,6 +113,74 @@ def test_errors_are_4xx_with_a_message(app):
     huge = app.post("/step", json={"id": sid, "action": "x" * 2000})
     assert huge.status_code == 413
     assert app.get("/nowhere").status_code == 404
+
+
+def row_with(env: str, **change) -> dict:
+    """The first eval task of `env` as a row, with `change`'s columns, or hidden fields (keys "hidden.x",
+    None to drop one), replaced."""
+    task = build_splits(ENVS[env], 0, 1, seed=0)["eval"][0]
+    row, hidden = task.to_row(), dict(task.hidden)
+    for key, value in change.items():
+        if key.startswith("hidden."):
+            hidden.pop(key[7:]) if value is None else hidden.__setitem__(key[7:], value)
+        else:
+            row[key] = value
+    if "hidden" not in change:
+        row["hidden"] = hidden
+    return row
+
+
+SIX = [["r", "l"], ["", "", ""]]  # a 2x2 maze's open grid with a row of 3 cells
+MALFORMED = [  # (env, change, what the 400 says): each was a 500, or was accepted and failed later
+    ("maze", {"hidden": {}}, "hidden.size: Field required"),  # KeyError at reset
+    ("colbench", {"hidden": {}}, "hidden.function: Field required"),
+    ("apps", {"hidden": {}}, "hidden.world_seed: Field required"),
+    ("maze", {"hidden.open": "udlr"}, "hidden.open: Input should be a valid list"),  # TypeError
+    ("apps", {"hidden.checks": "answer"}, "hidden.checks: Input should be a valid list"),
+    ("apps", {"hidden.checks": []}, "hidden.checks: List should have at least 1 item"),  # 1/0 at completion
+    ("apps", {"hidden.checks": [{"kind": "magic", "text": "t"}]}, "unknown check kind 'magic'"),
+    ("apps", {"hidden.checks": [{"kind": "field", "text": "t", "table": "phone.contacts"}]}, "needs key"),
+    ("apps", {"hidden.gold": []}, "hidden.gold: List should have at least 1 item"),
+    ("colbench", {"hidden.tests": [[[1], 2, 3]] * 10}, "tests[0] is not [arguments"),  # unpacked at submit
+    ("colbench", {"hidden.tests": [[[1], 2]]}, "hidden.tests: List should have at least 10 items"),
+    ("colbench", {"hidden.function": "def"}, "'def' is not a Python function name"),
+    ("colbench", {"hidden.specifics": [{"name": "n"}]}, "hidden.specifics.0.hidden: Field required"),
+    ("maze", {"hidden.start": [9, 9]}, "start 9,9 is outside"),  # IndexError at reset
+    ("maze", {"hidden.size": 2, "hidden.open": SIX}, "open must be 2 rows of 2 cells"),
+    ("maze", {"hidden.goal": ["1", 2]}, "hidden.goal.0: Input should be a valid integer"),
+    ("maze", {"hidden.goal": None}, "hidden.goal: Field required"),
+    ("wordle", {"hidden.answer": "ab"}, "'ab' is not a word of the vocabulary"),  # ValueError at a guess
+    ("wordle", {"hidden.answer": "SHIRE"}, "not a word of the vocabulary"),  # never found
+    ("textcraft", {"hidden.goal": "air"}, "'air' is no craftable item"),  # never ends
+    ("babyai", {"hidden.level": "BabyAI-Nope-v0"}, "is not one of the BabyAI levels"),
+    ("babyai", {"seed": -1}, "seed: Input should be greater than or equal to 0"),
+    ("maze", {"instruction": 5}, "instruction: Input should be a valid string"),
+    ("maze", {"seed": "7"}, "seed: Input should be a valid integer"),
+    ("maze", {"hidden": "{not json"}, "hidden: not JSON"),
+    ("maze", {"hidden": "[1]"}, "hidden: not a JSON object"),
+    ("maze", {"task_id": None}, "task_id: Input should be a valid string"),
+]
+
+
+@pytest.mark.parametrize(("env", "change", "reason"), MALFORMED, ids=lambda x: str(x)[:40])
+def test_a_malformed_task_row_is_refused_at_create_with_the_reason(env, change, reason):
+    app = TestClient(create_app(env, []))
+    res = app.post("/create", json={"task": row_with(env, **change)})
+    assert res.status_code == 400, res.text
+    assert reason in res.json()["error"], res.json()["error"]
+    assert app.get("/health").json()["sessions"] == 0
+
+
+@pytest.mark.parametrize("env", ["maze", "wordle", "textcraft", "babyai", "colbench", "apps"])
+def test_a_well_formed_row_is_played(env):
+    """The same rows, unchanged, are accepted: the schema refuses only what is wrong."""
+    app = TestClient(create_app(env, []))
+    row = row_with(env)
+    res = app.post("/create", json={"task": row})
+    assert res.status_code == 200, res.text
+    assert res.json()["observation"] == make_env(env).reset(build_splits(ENVS[env], 0, 1, seed=0)["eval"][0])
+    again = app.post("/reset", json={"id": res.json()["id"], "task": row_with(env, **{"hidden": {}})})
+    assert again.status_code == 400  # /reset checks the row as /create does
 
 
 def test_a_finished_episode_answers_409_until_reset(app):

@@ -15,8 +15,10 @@ episode's reward so far, as `Env.step` reports it.
 
 What AgentGym's servers lack: a session idle for `ttl` seconds is closed; at most `max_sessions` are live
 (503 with Retry-After beyond); mistakes are 4xx with {"error": message} (404 unknown or expired session,
-409 a step after the episode ended, 413 a body over `max_body_kb`, 400 anything else malformed), never a 200
-carrying an error; GET /health says how full the server is. Requests of one session run one at a time.
+409 a step after the episode ended, 413 a body over `max_body_kb`, 400 anything else malformed, a task row
+that does not fit its environment's schema included: `Env.check_task` refuses it before any environment
+exists, where it would have failed with a 500 at reset or at a submit turns later), never a 200 carrying an
+error; GET /health says how full the server is. Requests of one session run one at a time.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from gymflow.envs import ENVS
-from gymflow.envs.base import Env, EpisodeOver, Task
+from gymflow.envs.base import BadTask, Env, EpisodeOver, Task, task_of_row
 from gymflow.errors import UserError
 from gymflow.serving import BadRequest, free_port, listen, read_json, started
 
@@ -224,11 +226,12 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
     def pick(data_idx: int | None, row: dict[str, Any] | None) -> Task:
         if row is not None:
             try:
-                task = Task.from_row({**row, "env": row.get("env", env_name)})
-            except (KeyError, TypeError, ValueError) as e:
-                raise BadRequest(f"task: not a task row ({type(e).__name__}: {e})", "task") from None
-            if task.env != env_name:
-                raise BadRequest(f"task is for {task.env!r}; this server plays {env_name!r}", "task")
+                task = task_of_row({**row, "env": row.get("env", env_name)})
+                if task.env != env_name:
+                    raise BadRequest(f"task is for {task.env!r}; this server plays {env_name!r}", "task")
+                ENVS[env_name].check_task(task)
+            except BadTask as e:
+                raise BadRequest(f"task: not a {env_name} task row: {e}", "task") from None
             return task
         idx = data_idx or 0
         if not 0 <= idx < len(tasks):
