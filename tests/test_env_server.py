@@ -8,6 +8,7 @@ import requests
 from fastapi.testclient import TestClient
 
 from gymflow.envs import ENVS, make_env
+from gymflow.envs.base import out_of_turns
 from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.envs.textcraft import TextCraft
@@ -193,6 +194,59 @@ def test_a_finished_episode_answers_409_until_reset(app):
     assert again.status_code == 409 and "reset" in again.json()["error"]
     assert app.post("/reset", json={"id": sid, "data_idx": 1}).status_code == 200
     assert app.post("/step", json={"id": sid, "action": "move up"}).status_code == 200
+
+
+def test_an_episode_ends_at_the_turn_limit_as_the_engine_ends_it(app):
+    """Maze's limit is 15: the 15th turn is done (truncated, not won), the 16th a 409, as any client sees."""
+    created = app.post("/create", json={"task": MAZES[0].to_row()}).json()
+    sid = created["id"]
+    assert created["max_turns"] == Maze.spec.max_turns == 15
+    outs = [app.post("/step", json={"id": sid, "action": "wait"}).json() for _ in range(15)]
+    assert [o["done"] for o in outs] == [False] * 14 + [True]
+    assert outs[-1]["truncated"] is True and outs[-1]["reward"] == 0.0 and outs[-1]["turns"] == 15
+    assert not any(o["truncated"] for o in outs[:-1])
+    late = app.post("/step", json={"id": sid, "action": "move up"})
+    assert late.status_code == 409 and "turn limit (15" in late.json()["error"]
+    detail = app.get("/detail", params={"id": sid}).json()
+    assert (detail["done"], detail["truncated"], detail["turns"], detail["max_turns"]) == (True, True, 15, 15)
+    app.post("/reset", json={"id": sid, "data_idx": 0})
+    again = app.post("/step", json={"id": sid, "action": "wait"}).json()
+    assert again["done"] is False and again["turns"] == 1  # a reset starts the count afresh
+
+
+def test_a_game_won_on_the_last_turn_is_done_not_truncated():
+    task = MAZES[1]
+    actions = expert_actions(task)
+    app = TestClient(create_app("maze", MAZES, EnvLimits(max_turns=len(actions))))
+    sid = app.post("/create", json={"task": task.to_row()}).json()["id"]
+    for action in actions:
+        out = app.post("/step", json={"id": sid, "action": action}).json()
+    assert (out["done"], out["truncated"], out["reward"]) == (True, False, 1.0)
+    assert app.get("/spec").json()["max_turns"] == len(actions)
+
+
+def test_max_turns_flag_and_http_env_at_the_servers_limit(tmp_path):
+    """`serve-env --max-turns 4`: an AgentGym-style client sees done at turn 4; `HttpEnv` reads that step as
+    in process (not done: its player, the engine, ends the episode) and the next step is refused."""
+    with running("maze", "--n", "3", "--max-turns", "4", log=tmp_path / "log.txt") as url:
+        assert requests.get(f"{url}/spec", timeout=10).json()["max_turns"] == 4
+        remote, local = HttpEnv("maze", [url], retries=0), make_env("maze")
+        try:
+            assert remote.reset(MAZES[0]) == local.reset(MAZES[0])
+            steps = [(remote.step("move nowhere"), local.step("move nowhere")) for _ in range(4)]
+            assert all(
+                (a.observation, a.reward, a.done) == (b.observation, b.reward, b.done) for a, b in steps
+            )
+            assert steps[-1][0].info == {"truncated": True} and out_of_turns(remote, 4)
+            with pytest.raises(EnvUnavailable, match="409.*turn limit"):
+                remote.step("move up")
+        finally:
+            remote.close()
+        sid = requests.post(f"{url}/create", timeout=10).json()["id"]
+        outs = [
+            requests.post(f"{url}/step", json={"id": sid, "action": "x"}, timeout=10).json() for _ in range(4)
+        ]
+        assert [o["done"] for o in outs] == [False, False, False, True]
 
 
 def test_sessions_are_bounded_and_expire(app):

@@ -271,6 +271,18 @@ class Env(ABC):
     def _step(self, action: str) -> Step: ...
 
 
+def turn_limit(spec: EnvSpec, horizon: int | None = None) -> int:
+    """An episode's turn limit: `horizon` where one is set (ScalingInter-RL's phases, `serve-env --max-turns`),
+    else the environment's own (AgentGym's settings)."""
+    return horizon or spec.max_turns
+
+
+def out_of_turns(env: Env, limit: int) -> bool:
+    """Whether `env`'s episode, still running, has played its `limit` turns: its player ends it there (the
+    rollout engine as `turn_limit`, `gymflow serve-env` with done and truncated), since `step` never does."""
+    return not env.done and env.turns >= limit
+
+
 def clean_action(text: str) -> str:
     """`text` as one line of printable text, stripped: control characters (NUL, newlines, the ESC that
     starts a terminal escape sequence) and other separators become spaces, invisible format characters

@@ -7,11 +7,14 @@ JVM-heavy ScienceWorld or the sandboxed apps world runs, and scales, apart from 
     curl -X POST localhost:8100/step -d '{"id": 0, "action": "inventory"}'
 
 AgentGym's endpoints, with its request and response shapes (its client classes drive these servers):
-POST /create, POST /reset {id, data_idx}, POST /step {id, action} -> {observation, reward, score, done},
+POST /create, POST /reset {id, data_idx}, POST /step {id, action} -> {observation, reward, score, done,
+truncated, turns, max_turns},
 GET /observation?id=, GET /available_actions?id=, GET /detail?id=, POST /close {id}. `data_idx` indexes the
 server's task list (its instruction set's `--split`); gymflow's own client sends the task row itself
 (`{"id", "task": {...}}`), so a stage plays exactly the tasks it drew. `reward` and `score` are both the
-episode's reward so far, as `Env.step` reports it.
+episode's reward so far, as `Env.step` reports it. An episode ends at the turn limit as the rollout engine
+ends it (`out_of_turns`): the environment's own, or `--max-turns`; that step is `done` and `truncated`, and
+/create, /reset, /detail and /spec give the limit as `max_turns`.
 
 What AgentGym's servers lack: a session idle for `ttl` seconds is closed; at most `max_sessions` are live
 (503 with Retry-After beyond); mistakes are 4xx with {"error": message} (404 unknown or expired session,
@@ -44,7 +47,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from gymflow.envs import ENVS
-from gymflow.envs.base import BadTask, Env, EpisodeOver, Task, task_of_row
+from gymflow.envs.base import BadTask, Env, EpisodeOver, Task, out_of_turns, task_of_row, turn_limit
 from gymflow.errors import UserError
 from gymflow.serving import BadRequest, free_port, listen, read_json, started
 
@@ -57,10 +60,11 @@ class EnvLimits:
     max_sessions: int = 64
     ttl: float = 600.0  # seconds a session may sit idle (a turn of generation is seconds to a minute)
     max_body_kb: int = 256  # an action or a task row (colbench's hidden code is a few KB)
+    max_turns: int | None = None  # an episode's turn limit; None: the environment's own (EnvSpec.max_turns)
 
     def __post_init__(self) -> None:
-        if self.max_sessions < 1 or self.ttl <= 0 or self.max_body_kb < 1:
-            raise UserError("--max-sessions, --ttl and --max-body-kb must be positive")
+        if self.max_sessions < 1 or self.ttl <= 0 or self.max_body_kb < 1 or (self.max_turns or 1) < 1:
+            raise UserError("--max-sessions, --ttl, --max-body-kb and --max-turns must be positive")
 
 
 class _Body(BaseModel):
@@ -91,6 +95,7 @@ class CloseBody(_Body):
 class Session:
     env: Env
     observation: str = ""
+    truncated: bool = False  # the episode ended at the turn limit, not by the game
     used: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one request of a session at a time
 
@@ -177,6 +182,7 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
         raise UserError(f"unknown environment {env_name!r}; choose one of: {', '.join(sorted(ENVS))}")
     limits = limits or EnvLimits()
     spec = ENVS[env_name].spec
+    limit = turn_limit(spec, limits.max_turns)  # as the rollout engine ends an episode, so does the server
     sessions = Sessions(ENVS[env_name], limits)
 
     async def sweep() -> None:
@@ -243,7 +249,15 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
     def reset(sid: int, session: Session, task: Task) -> dict[str, Any]:
         with session.lock:
             session.observation = session.env.reset(task)
-        return {"id": sid, "observation": session.observation, "reward": 0.0, "score": 0.0, "done": False}
+            session.truncated = False
+        return {
+            "id": sid,
+            "observation": session.observation,
+            "reward": 0.0,
+            "score": 0.0,
+            "done": False,
+            "max_turns": limit,
+        }
 
     @app.get("/")
     def hello() -> str:
@@ -258,6 +272,7 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
             "max_sessions": limits.max_sessions,
             "ttl": limits.ttl,
             "tasks": len(tasks),
+            "max_turns": limit,
         }
 
     @app.post("/create")
@@ -284,6 +299,12 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
 
         def play() -> dict[str, Any]:
             with session.lock:
+                if session.truncated:
+                    raise BadRequest(
+                        f"session {req.id}'s episode ended at its turn limit ({limit} turns, --max-turns): "
+                        "reset it (POST /reset) to play again",
+                        status=409,
+                    )
                 try:
                     out = session.env.step(req.action)
                 except EpisodeOver:
@@ -292,13 +313,16 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
                         status=409,
                     ) from None
                 session.observation = out.observation
+                session.truncated = out_of_turns(session.env, limit)
                 env = session.env
             return {
                 "observation": out.observation,
                 "reward": out.reward,
                 "score": out.reward,
-                "done": out.done,
+                "done": out.done or session.truncated,
+                "truncated": session.truncated,
                 "turns": env.turns,
+                "max_turns": limit,
             }
 
         return await run_in_threadpool(play)
@@ -315,13 +339,21 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
 
     @app.get("/detail")
     def detail(id: int) -> dict[str, Any]:
-        env = sessions.get(id).env
-        task = env.task.task_id if env.task else None
-        return {"id": id, "task_id": task, "turns": env.turns, "reward": env.reward, "done": env.done}
+        session = sessions.get(id)
+        env = session.env
+        return {
+            "id": id,
+            "task_id": env.task.task_id if env.task else None,
+            "turns": env.turns,
+            "max_turns": limit,
+            "reward": env.reward,
+            "done": env.done or session.truncated,
+            "truncated": session.truncated,
+        }
 
     @app.get("/spec")
     def spec_() -> dict[str, Any]:
-        return {"name": spec.name, "max_turns": spec.max_turns, "reward_range": list(spec.reward_range)}
+        return {"name": spec.name, "max_turns": limit, "reward_range": list(spec.reward_range)}
 
     @app.post("/close")
     async def close(request: Request) -> dict[str, Any]:
@@ -354,7 +386,8 @@ def serve(
     print(f"serving {env_name} ({len(tasks)} tasks by data_idx) at http://{host}:{port}", flush=True)
     print(
         f"limits: {limits.max_sessions} live sessions, closed after {limits.ttl:g} s idle, "
-        f"bodies <= {limits.max_body_kb} KB",
+        f"bodies <= {limits.max_body_kb} KB, episodes end after {turn_limit(ENVS[env_name].spec, limits.max_turns)} "
+        "turns",
         flush=True,
     )
     config = uvicorn.Config(app, access_log=False, timeout_graceful_shutdown=5)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from gymflow.agent.react import format_react
-from gymflow.envs.base import Env, Task
+from gymflow.envs.base import Env, Task, turn_limit
 from gymflow.rollout.records import Episode, Message
 
 
 def run_expert(env: Env, task: Task, max_turns: int | None = None) -> Episode:
     """Play `task` with the expert solver for at most `max_turns` turns (default: the env's limit)."""
-    horizon = max_turns or env.spec.max_turns
+    horizon = turn_limit(env.spec, max_turns)
     messages = [Message("system", env.spec.system_prompt), Message("user", env.reset(task))]
     end_reason, reward = "turn_limit", 0.0
     for _ in range(horizon):
