@@ -244,7 +244,7 @@ def cmd_serve_env(args: argparse.Namespace) -> None:
                 f"{args.env} makes at most {over[1]:,} {args.split} tasks; ask for --n {over[1]} or fewer"
             )
         tasks = get_tasks(args.data, args.env, args.split, args.n)
-    serve(args.env, tasks, args.host, args.port, limits)
+    serve(args.env, tasks, args.host, args.port, limits, args.step_rewards)
 
 
 def cmd_rl_noise(args: argparse.Namespace) -> None:
@@ -371,6 +371,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="turns after which an episode ends (done, truncated); default: the environment's own",
+    )
+    env_server.add_argument(
+        "--step-rewards",
+        action="store_true",
+        help="a step's reward is what it added (AgentGym's maze and Wordle clients sum them); score stays "
+        "the episode's reward so far",
     )
     env_server.set_defaults(func=cmd_serve_env)
     noise = sub.add_parser(

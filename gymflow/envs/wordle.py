@@ -250,6 +250,12 @@ class Wordle(Env):
         return list(LEVELS)
 
     @classmethod
+    def vocabulary(cls) -> list[str]:
+        """Every word a guess may be (answers first): `gymflow serve-env wordle` serves it as AgentGym's
+        /filtered_vocab, which its Wordle client writes into its first prompt."""
+        return list(word_lists()[1])
+
+    @classmethod
     def generate(cls, split: str, seed: int) -> Iterator[Task]:
         answers = list(word_lists()[0])
         levels = difficulty_of()

@@ -119,7 +119,8 @@ class HttpEnv(Env):
         # its player does (the rollout engine, with its own horizon), so the step reads as it would there.
         truncated = bool(out.get("truncated", False))
         info = {"truncated": True} if truncated else {}
-        return Step(out["observation"], float(out["reward"]), bool(out["done"]) and not truncated, info)
+        score = float(out["score"])  # the episode's reward so far, whatever --step-rewards makes `reward`
+        return Step(out["observation"], score, bool(out["done"]) and not truncated, info)
 
     def available_actions(self) -> list[str] | None:
         if self.sid is None:

@@ -8,13 +8,19 @@ JVM-heavy ScienceWorld or the sandboxed apps world runs, and scales, apart from 
 
 AgentGym's endpoints, with its request and response shapes (its client classes drive these servers):
 POST /create, POST /reset {id, data_idx}, POST /step {id, action} -> {observation, reward, score, done,
-truncated, turns, max_turns},
-GET /observation?id=, GET /available_actions?id=, GET /detail?id=, POST /close {id}. `data_idx` indexes the
-server's task list (its instruction set's `--split`); gymflow's own client sends the task row itself
-(`{"id", "task": {...}}`), so a stage plays exactly the tasks it drew. `reward` and `score` are both the
-episode's reward so far, as `Env.step` reports it. An episode ends at the turn limit as the rollout engine
-ends it (`out_of_turns`): the environment's own, or `--max-turns`; that step is `done` and `truncated`, and
-/create, /reset, /detail and /spec give the limit as `max_turns`.
+truncated, step_reward, turns, max_turns}, GET /observation?id=, GET /available_actions?id=, GET /detail?id=,
+POST /close {id}, and for wordle GET /filtered_vocab?id= (the words a guess may be). Each is served at / and
+at /<env>/ too, where AgentGym's LMRL-Gym server has maze and wordle. `data_idx` indexes the server's task
+list (its instruction set's `--split`); `game` (AgentGym's maze client) and `seed` (its Wordle client) are
+other names for it. gymflow's own client sends the task row itself (`{"id", "task": {...}}`), so a stage
+plays exactly the tasks it drew.
+
+`score` is the episode's reward so far, as `Env.step` reports it, and so is `reward` by default (AgentGym's
+TextCraft client reports the last one); with `--step-rewards`, `reward` is what the step added
+(`step_reward`), which AgentGym's maze and Wordle clients sum. The two differ only for an environment that
+pays before the end (ScienceWorld). An episode ends at the turn limit as the rollout engine ends it
+(`out_of_turns`): the environment's own, or `--max-turns`; that step is `done` and `truncated`, and /create,
+/reset, /detail and /spec give the limit as `max_turns`.
 
 What AgentGym's servers lack: a session idle for `ttl` seconds is closed; at most `max_sessions` are live
 (503 with Retry-After beyond); mistakes are 4xx with {"error": message} (404 unknown or expired session,
@@ -38,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -78,8 +84,20 @@ class CreateBody(_Body):
 
 class ResetBody(_Body):
     id: StrictInt
-    data_idx: StrictInt | None = 0
+    data_idx: StrictInt | None = None
+    game: StrictInt | None = None  # AgentGym's maze client names the task index so
+    seed: StrictInt | None = None  # and its Wordle client so
     task: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_index(self) -> ResetBody:
+        """`game` and `seed` are other names of `data_idx` (AgentGym's LMRL-Gym clients send them): ignored,
+        every reset of those clients played task 0."""
+        given = {k: v for k in ("data_idx", "game", "seed") if (v := getattr(self, k)) is not None}
+        if len(set(given.values())) > 1:
+            raise ValueError(f"{' and '.join(given)} name different tasks: send one index")
+        self.data_idx = next(iter(given.values()), None)
+        return self
 
 
 class StepBody(_Body):
@@ -176,8 +194,12 @@ def _validated(model: type[BaseModel], data: object) -> Any:
         raise BadRequest(f"{where}: {err['msg']}") from None
 
 
-def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None) -> FastAPI:
-    """The app serving fresh `env_name` environments; `tasks` is what AgentGym's `data_idx` indexes."""
+def create_app(
+    env_name: str, tasks: list[Task], limits: EnvLimits | None = None, step_rewards: bool = False
+) -> FastAPI:
+    """The app serving fresh `env_name` environments; `tasks` is what AgentGym's `data_idx` indexes. With
+    `step_rewards`, a step's `reward` is what that step added (AgentGym's LMRL-Gym clients sum it); `score` is
+    the episode's reward so far either way (what gymflow's client and AgentGym's BabyAI client read)."""
     if env_name not in ENVS:
         raise UserError(f"unknown environment {env_name!r}; choose one of: {', '.join(sorted(ENVS))}")
     limits = limits or EnvLimits()
@@ -199,6 +221,9 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
 
     app = FastAPI(title=f"gymflow environment server: {env_name}", lifespan=lifespan)
     app.state.sessions = sessions
+    router = (
+        APIRouter()
+    )  # served at / and at /<env_name>/, where AgentGym's LMRL-Gym server has maze and wordle
 
     @app.exception_handler(HTTPException)
     def http_error(request: Request, exc: HTTPException) -> JSONResponse:  # unknown path, wrong method
@@ -259,11 +284,11 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
             "max_turns": limit,
         }
 
-    @app.get("/")
+    @router.get("/")
     def hello() -> str:
         return f"This is environment {env_name} (gymflow)."
 
-    @app.get("/health")
+    @router.get("/health")
     def health() -> dict[str, Any]:
         return {
             "status": "ok",
@@ -275,7 +300,7 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
             "max_turns": limit,
         }
 
-    @app.post("/create")
+    @router.post("/create")
     async def create(request: Request) -> dict[str, Any]:
         req = await body(request, CreateBody)
         task = pick(req.data_idx, req.task)  # before the environment exists: a bad task costs nothing
@@ -286,19 +311,20 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
             await run_in_threadpool(sessions.close, sid)
             raise
 
-    @app.post("/reset")
+    @router.post("/reset")
     async def reset_(request: Request) -> dict[str, Any]:
         req = await body(request, ResetBody)
         session = sessions.get(req.id)
         return await run_in_threadpool(reset, req.id, session, pick(req.data_idx, req.task))
 
-    @app.post("/step")
+    @router.post("/step")
     async def step(request: Request) -> dict[str, Any]:
         req = await body(request, StepBody)
         session = sessions.get(req.id)
 
         def play() -> dict[str, Any]:
             with session.lock:
+                before = session.env.reward
                 if session.truncated:
                     raise BadRequest(
                         f"session {req.id}'s episode ended at its turn limit ({limit} turns, --max-turns): "
@@ -315,10 +341,12 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
                 session.observation = out.observation
                 session.truncated = out_of_turns(session.env, limit)
                 env = session.env
+            added = out.reward - before
             return {
                 "observation": out.observation,
-                "reward": out.reward,
+                "reward": added if step_rewards else out.reward,
                 "score": out.reward,
+                "step_reward": added,
                 "done": out.done or session.truncated,
                 "truncated": session.truncated,
                 "turns": env.turns,
@@ -327,17 +355,17 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
 
         return await run_in_threadpool(play)
 
-    @app.get("/observation")
+    @router.get("/observation")
     def observation(id: int) -> str:
         return sessions.get(id).observation
 
-    @app.get("/available_actions")
+    @router.get("/available_actions")
     def available_actions(id: int) -> list[str] | None:
         session = sessions.get(id)
         with session.lock:
             return session.env.available_actions()
 
-    @app.get("/detail")
+    @router.get("/detail")
     def detail(id: int) -> dict[str, Any]:
         session = sessions.get(id)
         env = session.env
@@ -351,17 +379,28 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
             "truncated": session.truncated,
         }
 
-    @app.get("/spec")
+    @router.get("/spec")
     def spec_() -> dict[str, Any]:
         return {"name": spec.name, "max_turns": limit, "reward_range": list(spec.reward_range)}
 
-    @app.post("/close")
+    @router.post("/close")
     async def close(request: Request) -> dict[str, Any]:
         req = await body(request, CloseBody)
         sessions.get(req.id)  # 404 for an unknown one
         await run_in_threadpool(sessions.close, req.id)
         return {"id": req.id, "closed": True}
 
+    vocabulary = getattr(ENVS[env_name], "vocabulary", None)
+    if vocabulary is not None:
+
+        @router.get("/filtered_vocab")
+        def filtered_vocab(id: int) -> list[str]:
+            """The words a guess may be: AgentGym's Wordle client lists them in its first prompt."""
+            sessions.get(id)  # 404 for an unknown session, as AgentGym's server answers
+            return vocabulary()
+
+    app.include_router(router)
+    app.include_router(router, prefix=f"/{env_name}")
     return app
 
 
@@ -378,11 +417,12 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8100,
     limits: EnvLimits | None = None,
+    step_rewards: bool = False,
 ) -> None:
     """Serve `env_name` until interrupted."""
     limits = limits or EnvLimits()
     sock = listen(host, port)
-    app = create_app(env_name, tasks, limits)
+    app = create_app(env_name, tasks, limits, step_rewards)
     print(f"serving {env_name} ({len(tasks)} tasks by data_idx) at http://{host}:{port}", flush=True)
     print(
         f"limits: {limits.max_sessions} live sessions, closed after {limits.ttl:g} s idle, "
