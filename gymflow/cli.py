@@ -235,7 +235,7 @@ def cmd_serve_env(args: argparse.Namespace) -> None:
 
     if args.env not in ENV_NAMES:
         raise UserError(f"unknown environment {args.env!r}; choose one of: {', '.join(sorted(ENV_NAMES))}")
-    limits = EnvLimits(args.max_sessions, args.ttl, args.max_body_kb)
+    limits = EnvLimits(args.max_sessions, args.ttl, args.max_body_kb, args.max_turns)
     if tasks_file(args.data, args.env).exists():
         tasks = load_tasks(args.data, args.env, args.split)
     else:
@@ -244,7 +244,7 @@ def cmd_serve_env(args: argparse.Namespace) -> None:
                 f"{args.env} makes at most {over[1]:,} {args.split} tasks; ask for --n {over[1]} or fewer"
             )
         tasks = get_tasks(args.data, args.env, args.split, args.n)
-    serve(args.env, tasks, args.host, args.port, limits)
+    serve(args.env, tasks, args.host, args.port, limits, args.step_rewards)
 
 
 def cmd_rl_noise(args: argparse.Namespace) -> None:
@@ -366,6 +366,18 @@ def parser() -> argparse.ArgumentParser:
     )
     env_server.add_argument("--ttl", type=float, default=600.0, help="seconds idle before a session closes")
     env_server.add_argument("--max-body-kb", type=int, default=256, help="request body size (default 256)")
+    env_server.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        help="turns after which an episode ends (done, truncated); default: the environment's own",
+    )
+    env_server.add_argument(
+        "--step-rewards",
+        action="store_true",
+        help="a step's reward is what it added (AgentGym's maze and Wordle clients sum them); score stays "
+        "the episode's reward so far",
+    )
     env_server.set_defaults(func=cmd_serve_env)
     noise = sub.add_parser(
         "rl-noise", help="measure how much of an RL step is signal (the gradient noise scale)"

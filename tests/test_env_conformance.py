@@ -7,7 +7,7 @@ import pytest
 
 from gymflow.envs import ENVS, EpisodeOver, make_env
 from gymflow.envs.apps.env import OBSERVATION_CHARS
-from gymflow.envs.base import MAX_ACTION_CHARS
+from gymflow.envs.base import MAX_ACTION_CHARS, BadTask, task_of_row
 from gymflow.envs.instructions import build_splits
 
 N_TASKS = 4
@@ -33,6 +33,18 @@ def test_splits_are_disjoint_and_balanced(env_name, splits):
         assert all(t.difficulty in levels for t in train + eval_)
         spread = {t.difficulty for t in eval_}
         assert len(spread) == min(len(levels), N_TASKS), "eval split should cover the difficulties"
+
+
+def test_generated_tasks_fit_the_schema_an_env_server_checks(env_name, splits):
+    """What `gymflow serve-env` checks a row from outside against accepts every task the generator makes,
+    as its row, and refuses another environment's."""
+    cls = ENVS[env_name]
+    for task in splits["train"] + splits["eval"]:
+        assert task_of_row(task.to_row()) == task
+        cls.check_task(task)
+    other = next(e for e in sorted(ENVS) if e != env_name)
+    with pytest.raises(BadTask, match=f"not '{env_name}'"):
+        cls.check_task(build_splits(ENVS[other], 0, 1, seed=0)["eval"][0])
 
 
 def test_instruction_present(env_name, splits):

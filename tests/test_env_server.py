@@ -1,24 +1,36 @@
 """`gymflow serve-env` and `HttpEnv`: AgentGym's protocol, the same episodes as in process, real error codes,
 bounded sessions that expire, and a dead server that ends only its own episodes."""
 
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
 import requests
+import uvicorn
 from fastapi.testclient import TestClient
 
-from gymflow.envs import make_env
+from gymflow.envs import ENVS, make_env
+from gymflow.envs.babyai import BabyAI
+from gymflow.envs.base import Env, EnvSpec, Step, Task, out_of_turns
 from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.envs.textcraft import TextCraft
+from gymflow.envs.wordle import Wordle, word_lists
 from gymflow.errors import UserError
 from gymflow.remote.env_client import EnvMaker, EnvUnavailable, HttpEnv
 from gymflow.remote.env_server import EnvLimits, create_app, running
 from gymflow.rollout.expert import run_expert
-from gymflow.serving import free_port
+from gymflow.serving import free_port, listen
 
 CRAFT = build_splits(TextCraft, 0, 4, seed=0)["eval"]
 MAZES = build_splits(Maze, 0, 3, seed=0)["eval"]
+WORDS = build_splits(Wordle, 0, 3, seed=0)["eval"]
+BABY = build_splits(BabyAI, 0, 3, seed=0)["eval"]
+# What AgentGym's TextCraft and BabyAI clients keep of an action (they drop every other character).
+CLIENT_CHARS = re.compile(r"[A-Za-z0-9, ]*")
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +53,15 @@ def test_agentgym_protocol_plays_a_textcraft_episode_as_in_process(textcraft):
     """AgentGym's TextCraft client's calls, as it makes them: create with its body, reset by data_idx, step."""
     task = CRAFT[2]  # a fresh draw of 4 eval tasks, seed 0: the server's --n 4 list
     local = make_env("textcraft")
-    first = requests.post(f"{textcraft}/create", json={"commands": None, "goal": None}, timeout=10).json()
+    shape = {"minecraft_dir": "agentenv_textcraft/", "commands": None, "goal": None}  # its create body
+    first = requests.post(f"{textcraft}/create", json=shape, timeout=10).json()
     sid = first["id"]
     assert first["done"] is False and first["reward"] == 0
     reset = requests.post(f"{textcraft}/reset", json={"id": sid, "data_idx": 2}, timeout=10).json()
     assert reset["observation"] == local.reset(task)
     for action in expert_actions(task):
-        out = requests.post(f"{textcraft}/step", json={"id": sid, "action": action}, timeout=10).json()
+        assert CLIENT_CHARS.fullmatch(action)  # the client's filter leaves it as it is
+        out = requests.post(f"{textcraft}/step", json={"action": action, "id": sid}, timeout=10).json()
         step = local.step(action)
         assert (out["observation"], out["reward"], out["score"], out["done"]) == (
             step.observation,
@@ -115,6 +129,74 @@ def test_errors_are_4xx_with_a_message(app):
     assert app.get("/nowhere").status_code == 404
 
 
+def row_with(env: str, **change) -> dict:
+    """The first eval task of `env` as a row, with `change`'s columns, or hidden fields (keys "hidden.x",
+    None to drop one), replaced."""
+    task = build_splits(ENVS[env], 0, 1, seed=0)["eval"][0]
+    row, hidden = task.to_row(), dict(task.hidden)
+    for key, value in change.items():
+        if key.startswith("hidden."):
+            hidden.pop(key[7:]) if value is None else hidden.__setitem__(key[7:], value)
+        else:
+            row[key] = value
+    if "hidden" not in change:
+        row["hidden"] = hidden
+    return row
+
+
+SIX = [["r", "l"], ["", "", ""]]  # a 2x2 maze's open grid with a row of 3 cells
+MALFORMED = [  # (env, change, what the 400 says): each was a 500, or was accepted and failed later
+    ("maze", {"hidden": {}}, "hidden.size: Field required"),  # KeyError at reset
+    ("colbench", {"hidden": {}}, "hidden.function: Field required"),
+    ("apps", {"hidden": {}}, "hidden.world_seed: Field required"),
+    ("maze", {"hidden.open": "udlr"}, "hidden.open: Input should be a valid list"),  # TypeError
+    ("apps", {"hidden.checks": "answer"}, "hidden.checks: Input should be a valid list"),
+    ("apps", {"hidden.checks": []}, "hidden.checks: List should have at least 1 item"),  # 1/0 at completion
+    ("apps", {"hidden.checks": [{"kind": "magic", "text": "t"}]}, "unknown check kind 'magic'"),
+    ("apps", {"hidden.checks": [{"kind": "field", "text": "t", "table": "phone.contacts"}]}, "needs key"),
+    ("apps", {"hidden.gold": []}, "hidden.gold: List should have at least 1 item"),
+    ("colbench", {"hidden.tests": [[[1], 2, 3]] * 10}, "tests[0] is not [arguments"),  # unpacked at submit
+    ("colbench", {"hidden.tests": [[[1], 2]]}, "hidden.tests: List should have at least 10 items"),
+    ("colbench", {"hidden.function": "def"}, "'def' is not a Python function name"),
+    ("colbench", {"hidden.specifics": [{"name": "n"}]}, "hidden.specifics.0.hidden: Field required"),
+    ("maze", {"hidden.start": [9, 9]}, "start 9,9 is outside"),  # IndexError at reset
+    ("maze", {"hidden.size": 2, "hidden.open": SIX}, "open must be 2 rows of 2 cells"),
+    ("maze", {"hidden.goal": ["1", 2]}, "hidden.goal.0: Input should be a valid integer"),
+    ("maze", {"hidden.goal": None}, "hidden.goal: Field required"),
+    ("wordle", {"hidden.answer": "ab"}, "'ab' is not a word of the vocabulary"),  # ValueError at a guess
+    ("wordle", {"hidden.answer": "SHIRE"}, "not a word of the vocabulary"),  # never found
+    ("textcraft", {"hidden.goal": "air"}, "'air' is no craftable item"),  # never ends
+    ("babyai", {"hidden.level": "BabyAI-Nope-v0"}, "is not one of the BabyAI levels"),
+    ("babyai", {"seed": -1}, "seed: Input should be greater than or equal to 0"),
+    ("maze", {"instruction": 5}, "instruction: Input should be a valid string"),
+    ("maze", {"seed": "7"}, "seed: Input should be a valid integer"),
+    ("maze", {"hidden": "{not json"}, "hidden: not JSON"),
+    ("maze", {"hidden": "[1]"}, "hidden: not a JSON object"),
+    ("maze", {"task_id": None}, "task_id: Input should be a valid string"),
+]
+
+
+@pytest.mark.parametrize(("env", "change", "reason"), MALFORMED, ids=lambda x: str(x)[:40])
+def test_a_malformed_task_row_is_refused_at_create_with_the_reason(env, change, reason):
+    app = TestClient(create_app(env, []))
+    res = app.post("/create", json={"task": row_with(env, **change)})
+    assert res.status_code == 400, res.text
+    assert reason in res.json()["error"], res.json()["error"]
+    assert app.get("/health").json()["sessions"] == 0
+
+
+@pytest.mark.parametrize("env", ["maze", "wordle", "textcraft", "babyai", "colbench", "apps"])
+def test_a_well_formed_row_is_played(env):
+    """The same rows, unchanged, are accepted: the schema refuses only what is wrong."""
+    app = TestClient(create_app(env, []))
+    row = row_with(env)
+    res = app.post("/create", json={"task": row})
+    assert res.status_code == 200, res.text
+    assert res.json()["observation"] == make_env(env).reset(build_splits(ENVS[env], 0, 1, seed=0)["eval"][0])
+    again = app.post("/reset", json={"id": res.json()["id"], "task": row_with(env, **{"hidden": {}})})
+    assert again.status_code == 400  # /reset checks the row as /create does
+
+
 def test_a_finished_episode_answers_409_until_reset(app):
     task = MAZES[0]
     sid = app.post("/create", json={"task": task.to_row()}).json()["id"]
@@ -125,6 +207,59 @@ def test_a_finished_episode_answers_409_until_reset(app):
     assert again.status_code == 409 and "reset" in again.json()["error"]
     assert app.post("/reset", json={"id": sid, "data_idx": 1}).status_code == 200
     assert app.post("/step", json={"id": sid, "action": "move up"}).status_code == 200
+
+
+def test_an_episode_ends_at_the_turn_limit_as_the_engine_ends_it(app):
+    """Maze's limit is 15: the 15th turn is done (truncated, not won), the 16th a 409, as any client sees."""
+    created = app.post("/create", json={"task": MAZES[0].to_row()}).json()
+    sid = created["id"]
+    assert created["max_turns"] == Maze.spec.max_turns == 15
+    outs = [app.post("/step", json={"id": sid, "action": "wait"}).json() for _ in range(15)]
+    assert [o["done"] for o in outs] == [False] * 14 + [True]
+    assert outs[-1]["truncated"] is True and outs[-1]["reward"] == 0.0 and outs[-1]["turns"] == 15
+    assert not any(o["truncated"] for o in outs[:-1])
+    late = app.post("/step", json={"id": sid, "action": "move up"})
+    assert late.status_code == 409 and "turn limit (15" in late.json()["error"]
+    detail = app.get("/detail", params={"id": sid}).json()
+    assert (detail["done"], detail["truncated"], detail["turns"], detail["max_turns"]) == (True, True, 15, 15)
+    app.post("/reset", json={"id": sid, "data_idx": 0})
+    again = app.post("/step", json={"id": sid, "action": "wait"}).json()
+    assert again["done"] is False and again["turns"] == 1  # a reset starts the count afresh
+
+
+def test_a_game_won_on_the_last_turn_is_done_not_truncated():
+    task = MAZES[1]
+    actions = expert_actions(task)
+    app = TestClient(create_app("maze", MAZES, EnvLimits(max_turns=len(actions))))
+    sid = app.post("/create", json={"task": task.to_row()}).json()["id"]
+    for action in actions:
+        out = app.post("/step", json={"id": sid, "action": action}).json()
+    assert (out["done"], out["truncated"], out["reward"]) == (True, False, 1.0)
+    assert app.get("/spec").json()["max_turns"] == len(actions)
+
+
+def test_max_turns_flag_and_http_env_at_the_servers_limit(tmp_path):
+    """`serve-env --max-turns 4`: an AgentGym-style client sees done at turn 4; `HttpEnv` reads that step as
+    in process (not done: its player, the engine, ends the episode) and the next step is refused."""
+    with running("maze", "--n", "3", "--max-turns", "4", log=tmp_path / "log.txt") as url:
+        assert requests.get(f"{url}/spec", timeout=10).json()["max_turns"] == 4
+        remote, local = HttpEnv("maze", [url], retries=0), make_env("maze")
+        try:
+            assert remote.reset(MAZES[0]) == local.reset(MAZES[0])
+            steps = [(remote.step("move nowhere"), local.step("move nowhere")) for _ in range(4)]
+            assert all(
+                (a.observation, a.reward, a.done) == (b.observation, b.reward, b.done) for a, b in steps
+            )
+            assert steps[-1][0].info == {"truncated": True} and out_of_turns(remote, 4)
+            with pytest.raises(EnvUnavailable, match="409.*turn limit"):
+                remote.step("move up")
+        finally:
+            remote.close()
+        sid = requests.post(f"{url}/create", timeout=10).json()["id"]
+        outs = [
+            requests.post(f"{url}/step", json={"id": sid, "action": "x"}, timeout=10).json() for _ in range(4)
+        ]
+        assert [o["done"] for o in outs] == [False, False, False, True]
 
 
 def test_sessions_are_bounded_and_expire(app):
@@ -175,3 +310,230 @@ def test_a_server_that_dies_mid_episode_ends_that_episode_as_error(tmp_path):
     assert env.sid is None
     with pytest.raises(EnvUnavailable):
         env.reset(replace(CRAFT[0]))
+
+
+# ---- AgentGym's own clients (WooooDyy/AgentGym, agentenv/agentenv/envs/): their requests, as they send them ----
+@pytest.fixture(scope="module")
+def maze_url(tmp_path_factory):
+    with running("maze", "--n", "3", log=tmp_path_factory.mktemp("maze") / "log.txt") as url:
+        yield url
+
+
+def post(url: str, path: str, body: dict | None = None) -> dict:
+    """A POST as AgentGym's clients make it; they assert a 200 on every answer."""
+    res = (
+        requests.post(f"{url}/{path}", json=body, timeout=30)
+        if body
+        else requests.post(f"{url}/{path}", timeout=30)
+    )
+    assert res.status_code == 200, res.text
+    return res.json()
+
+
+@pytest.mark.parametrize("base", ["", "/maze"])  # its LMRL-Gym server serves maze under /maze
+def test_agentgym_maze_client_plays_each_task_it_resets_to(maze_url, base):
+    """MazeEnvClient: create with an empty POST, reset with {"game": idx}, step with {"action"}; it sums the
+    step rewards (info["reward"]) and reports the last (StepOutput.reward): both are the in-process reward."""
+    url = maze_url + base
+    sid = post(url, "create")["id"]
+    for idx in (2, 0, 1):
+        task, local = MAZES[idx], make_env("maze")
+        assert post(url, "reset", {"game": idx, "id": sid})["observation"] == local.reset(task)
+        rewards = []
+        for action in expert_actions(task):
+            out = post(url, "step", {"action": action, "id": sid})
+            step = local.step(action)
+            assert (out["observation"], out["done"]) == (step.observation, step.done)
+            rewards.append(out["reward"])
+        assert out["done"] and sum(rewards) == rewards[-1] == local.reward == 1.0
+
+
+def test_agentgym_maze_client_episode_ends_at_the_limit_with_the_in_process_reward(maze_url):
+    """A policy that never finds the goal: its loop (`while not done`) ends at maze's 15 turns, reward 0."""
+    sid = post(maze_url, "create")["id"]
+    local = make_env("maze")
+    local.reset(MAZES[1])
+    post(maze_url, "reset", {"game": 1, "id": sid})
+    rewards, done, turns = [], False, 0
+    while not done and turns < 40:
+        out = post(maze_url, "step", {"action": "move nowhere", "id": sid})
+        assert out["observation"] == local.step("move nowhere").observation
+        rewards.append(out["reward"])
+        done, turns = out["done"], turns + 1
+    assert turns == 15 and sum(rewards) == local.reward == 0.0
+
+
+@pytest.fixture(scope="module")
+def wordle_url(tmp_path_factory):
+    with running("wordle", "--n", "3", log=tmp_path_factory.mktemp("wordle") / "log.txt") as url:
+        yield url
+
+
+@pytest.mark.parametrize("base", ["", "/wordle"])
+def test_agentgym_wordle_client_lists_the_vocabulary_and_plays(wordle_url, base):
+    """WordleEnvClient: create with an empty POST, GET /filtered_vocab?id= (into its prompt, one word a line),
+    reset with {"seed": idx}, guesses as spaced letters; it sums the step rewards as the maze client does."""
+    url = wordle_url + base
+    sid = post(url, "create")["id"]
+    res = requests.get(f"{url}/filtered_vocab?id={sid}", timeout=30)
+    assert res.status_code == 200
+    vocab = res.json()
+    assert vocab == list(word_lists()[1]) and all(isinstance(w, str) and len(w) == 5 for w in vocab)
+    for idx in (1, 2):
+        task, local = WORDS[idx], make_env("wordle")
+        reset = post(url, "reset", {"seed": idx, "id": sid})
+        assert reset["observation"] == local.reset(task)
+        rewards = []
+        for action in ["n o t a w o r d", *expert_actions(task)]:
+            out = post(url, "step", {"action": action, "id": sid})
+            step = local.step(action)
+            assert (out["observation"], out["done"]) == (step.observation, step.done)
+            rewards.append(out["reward"])
+        assert task.hidden["answer"] in vocab
+        assert out["done"] and sum(rewards) == rewards[-1] == local.reward == 1.0
+    assert requests.get(f"{url}/filtered_vocab?id={sid + 99}", timeout=30).status_code == 404
+
+
+@pytest.fixture(scope="module")
+def babyai_url(tmp_path_factory):
+    with running("babyai", "--n", "3", log=tmp_path_factory.mktemp("babyai") / "log.txt") as url:
+        yield url
+
+
+def test_agentgym_babyai_client_plays_with_the_in_process_score(babyai_url):
+    """BabyAIEnvClient: create with an empty POST, reset with {"data_idx"} (reads observation, reward, score,
+    done), step (reports `score`), close with {"id"}."""
+    sid = post(babyai_url, "create")["id"]
+    for idx in (2, 0):
+        task, local = BABY[idx], make_env("babyai")
+        reset = post(babyai_url, "reset", {"data_idx": idx, "id": sid})
+        assert (reset["observation"], reset["reward"], reset["score"], reset["done"]) == (
+            local.reset(task),
+            0.0,
+            0.0,
+            False,
+        )
+        for action in expert_actions(task):
+            assert CLIENT_CHARS.fullmatch(action)
+            out = post(babyai_url, "step", {"action": action, "id": sid})
+            step = local.step(action)
+            assert (out["observation"], out["score"], out["done"]) == (
+                step.observation,
+                step.reward,
+                step.done,
+            )
+        assert out["done"] and out["score"] == local.reward > 0
+    assert post(babyai_url, "close", {"id": sid}) == {"id": sid, "closed": True}
+
+
+def test_reset_index_names_that_disagree_are_refused(app):
+    sid = app.post("/create").json()["id"]
+    res = app.post("/reset", json={"id": sid, "game": 1, "data_idx": 2})
+    assert res.status_code == 400 and "name different tasks" in res.json()["error"]
+    assert app.post("/reset", json={"id": sid, "seed": 2, "game": 2}).json()["observation"] == make_env(
+        "maze"
+    ).reset(MAZES[2])
+
+
+# ---- step rewards: an environment that pays along the way (as ScienceWorld's score does) ----
+class Ladder(Env):
+    """Each "climb" adds 0.25 to the episode's reward; the fourth wins."""
+
+    spec = EnvSpec("ladder", "test", "climb", (0.0, 1.0), 1.0, 10, "climb")
+
+    @classmethod
+    def generate(cls, split: str, seed: int) -> Iterator[Task]:
+        yield Task("ladder", "ladder-0", split, "1", seed, "Climb.")
+
+    def _reset(self, task: Task) -> str:
+        return task.instruction
+
+    def _step(self, action: str) -> Step:
+        reward = self.reward + 0.25 if action == "climb" else self.reward
+        return Step(f"at {reward}", reward, reward >= 1.0)
+
+
+LADDER = Task("ladder", "ladder-0", "eval", "1", 0, "Climb.")
+CLIMB = ["climb", "rest", "climb", "climb", "climb"]
+
+
+@pytest.fixture
+def ladder(monkeypatch):
+    monkeypatch.setitem(ENVS, "ladder", Ladder)
+
+
+@pytest.mark.parametrize("step_rewards", [False, True])
+def test_step_rewards_make_a_summing_client_see_the_episode_reward(ladder, step_rewards):
+    """By default `reward` is the episode's so far (AgentGym's TextCraft client reports the last one); with
+    --step-rewards it is what each step added, so AgentGym's maze and Wordle clients' sum is the episode's
+    reward. `score` is the episode's so far and `step_reward` the step's, either way."""
+    app = TestClient(create_app("ladder", [LADDER], step_rewards=step_rewards))
+    sid = app.post("/create").json()["id"]
+    outs = [app.post("/step", json={"id": sid, "action": a}).json() for a in CLIMB]
+    local = Ladder()
+    local.reset(LADDER)
+    assert [o["score"] for o in outs] == [local.step(a).reward for a in CLIMB] == [0.25, 0.25, 0.5, 0.75, 1.0]
+    assert [o["step_reward"] for o in outs] == [0.25, 0.0, 0.25, 0.25, 0.25]
+    rewards = [o["reward"] for o in outs]
+    if step_rewards:
+        assert sum(rewards) == local.reward and rewards[-1] != local.reward
+    else:
+        assert rewards[-1] == local.reward and sum(rewards) != local.reward
+
+
+@contextmanager
+def serving(app) -> Iterator[str]:
+    """`app` on a free loopback port, in a thread of this process (so a test's environment is registered)."""
+    sock = listen("127.0.0.1", free_port())
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        thread.join(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_http_env_reads_the_episode_reward_whatever_the_reward_mode(ladder):
+    with serving(create_app("ladder", [LADDER], step_rewards=True)) as url:
+        remote, local = HttpEnv("ladder", [url], retries=0), Ladder()
+        try:
+            assert remote.reset(LADDER) == local.reset(LADDER)
+            for action in CLIMB:
+                a, b = remote.step(action), local.step(action)
+                assert (a.observation, a.reward, a.done) == (b.observation, b.reward, b.done)
+            assert remote.reward == local.reward == 1.0
+        finally:
+            remote.close()
+
+
+CLIENTS = {  # environment -> (AgentGym module, its client class, the tasks its server draws)
+    "maze": ("agentenv.envs.lmrlgym", "MazeEnvClient", MAZES),
+    "wordle": ("agentenv.envs.lmrlgym", "WordleEnvClient", WORDS),
+    "babyai": ("agentenv.envs.babyai", "BabyAIEnvClient", BABY),
+}
+
+
+@pytest.mark.parametrize("env", sorted(CLIENTS))
+def test_agentgym_client_classes_play_full_episodes(env, request):
+    """AgentGym's own client classes, played as its BaseTask plays them (reset, then step a ReAct reply until
+    done), where its agentenv is importable (not on PyPI: PYTHONPATH=<AgentGym>/agentenv)."""
+    module_name, cls_name, tasks = CLIENTS[env]
+    module = pytest.importorskip(module_name, reason="AgentGym's agentenv is not importable")
+    url = request.getfixturevalue(f"{env}_url")
+    client = getattr(module, cls_name)(env_server_base=url, data_len=len(tasks))
+    for idx in (1, 2):
+        local = make_env(env)
+        first = local.reset(tasks[idx])
+        client.reset(idx)
+        assert env == "wordle" or client.observe().endswith(first)  # maze prefixes its own instructions
+        for action in expert_actions(tasks[idx]):
+            out = client.step(f"Thought:\nI go on.\n\nAction:\n{action}")
+            step = local.step(action)
+            assert (out.state, out.done) == (step.observation, step.done)
+        assert out.done and out.reward == local.reward and local.spec.is_success(local.reward)
+        if env != "babyai":
+            assert client.info["reward"] == local.reward  # its sum of the step rewards

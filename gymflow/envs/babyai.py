@@ -43,8 +43,9 @@ from minigrid.envs.babyai.core.verifier import (
     PickupInstr,
     PutNextInstr,
 )
+from pydantic import field_validator
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
+from gymflow.envs.base import Env, EnvSpec, Hidden, Step, Task, echo, task_rng
 
 # Level families (the task categories) and the minigrid levels drawn for each; all fit well
 # inside 20 high-level actions.
@@ -695,7 +696,22 @@ def solve(game: Game, max_turns: int) -> list[str] | None:
     return actions if game.reward > 0 else None
 
 
+class BabyAIHidden(Hidden):
+    level: str
+
+    @field_validator("level")
+    @classmethod
+    def _known(cls, level: str) -> str:
+        """One of the levels tasks are drawn from: any other gymnasium id would be made (or fail) on reset."""
+        if level not in {name for names in LEVELS.values() for name in names}:
+            raise ValueError(
+                f"{echo(level)!r} is not one of the BabyAI levels ({', '.join(LEVELS)} families)"
+            )
+        return level
+
+
 class BabyAI(Env):
+    hidden_schema = BabyAIHidden
     spec = EnvSpec(
         name="babyai",
         description="BabyAI levels (minigrid) as text with AgentGym's high-level actions",

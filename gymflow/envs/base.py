@@ -14,6 +14,10 @@ one line of printable text; `clean_lines` for an environment whose actions carry
 `EnvSpec.multiline_actions`) and answers an over-long one itself, and games quote a rejected action
 through `echo`, so an observation stays bounded whatever the policy writes. Stepping a finished episode
 is a programming error and raises `EpisodeOver`; so is an action that is not a `str` (`TypeError`).
+
+A task that comes from outside (a row sent to `gymflow serve-env`) is checked before it is played:
+`task_of_row` checks the row's columns and `Env.check_task` its `hidden` dict against the environment's
+`hidden_schema`, so a malformed one is refused (`BadTask`) rather than failing halfway through an episode.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
+
 MAX_ACTION_CHARS = 300  # about 3x the longest expert action (textcraft's 93); a longer one is not a command
 ECHO_CHARS = 40  # how much of a rejected action an observation quotes back
 HIDDEN_CHARS = 2_000  # a critic's hidden block (`Env.hidden_text`) at most: about 500 tokens
@@ -41,6 +47,61 @@ class EpisodeOver(RuntimeError):
 
 class NoExpert(RuntimeError):
     """The environment has no expert move in this state."""
+
+
+class BadTask(ValueError):
+    """A task row its environment cannot play: a column or a `hidden` field missing, of the wrong type, or
+    out of range. Found when the row arrives, never halfway through an episode."""
+
+
+class Hidden(BaseModel):
+    """The schema of a task's `hidden` dict: the fields its environment reads, in JSON's types with no
+    coercion (the environment reads the dict as given, so "5" must not pass for 5); other fields pass."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+
+class TaskRow(BaseModel):
+    """A row of the instruction table as it arrives from outside (`Task.to_row`'s shape)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    env: StrictStr
+    task_id: StrictStr = Field(min_length=1)
+    split: StrictStr
+    difficulty: StrictStr | StrictInt
+    seed: StrictInt = Field(ge=0, lt=2**32)  # every generator's range; minigrid and TextWorld need >= 0
+    instruction: StrictStr
+    hidden: StrictStr | dict[str, Any]
+
+    @field_validator("hidden")
+    @classmethod
+    def _an_object(cls, hidden: str | dict[str, Any]) -> str | dict[str, Any]:
+        if isinstance(hidden, str):
+            try:
+                parsed = json.loads(hidden)
+            except ValueError:
+                raise ValueError("not JSON") from None
+            if not isinstance(parsed, dict):
+                raise ValueError("not a JSON object")
+        return hidden
+
+
+def reason(error: ValidationError, prefix: str = "") -> str:
+    """A pydantic error as one line: where (dotted) and what, e.g. "hidden.start: List should have at most 2
+    items"."""
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in (prefix, *first["loc"]) if p != "") or "the task"
+    return f"{where}: {first['msg'].removeprefix('Value error, ')}"
+
+
+def task_of_row(row: object) -> Task:
+    """The task a row describes; `BadTask` with the first problem when its columns do not fit `TaskRow`."""
+    try:
+        TaskRow.model_validate(row)
+    except ValidationError as e:
+        raise BadTask(reason(e)) from None
+    return Task.from_row(row)  # type: ignore[arg-type]  (a dict: TaskRow took it)
 
 
 @dataclass(frozen=True)
@@ -108,6 +169,7 @@ class Env(ABC):
     """Base class: subclasses implement the game; this class keeps the episode bookkeeping."""
 
     spec: ClassVar[EnvSpec]
+    hidden_schema: ClassVar[type[Hidden]] = Hidden  # what `check_task` holds a task's hidden dict to
 
     def __init__(self) -> None:
         self.task: Task | None = None
@@ -146,6 +208,17 @@ class Env(ABC):
         generate; the draw then moves a short level's quota to the others instead of reading the stream
         to its end looking for more. Empty (the default) means no level runs short."""
         return {}
+
+    @classmethod
+    def check_task(cls, task: Task) -> None:
+        """Raise `BadTask` unless `task` is this environment's and its hidden dict fits `hidden_schema`: a
+        row from outside (a client of `gymflow serve-env`) must fail here, not at a submit turns later."""
+        if task.env != cls.spec.name:
+            raise BadTask(f"task {task.task_id} is for {task.env!r}, not {cls.spec.name!r}")
+        try:
+            cls.hidden_schema.model_validate(task.hidden)
+        except ValidationError as e:
+            raise BadTask(reason(e, "hidden")) from None
 
     # ---- episode ---------------------------------------------------------------------------------
     def reset(self, task: Task) -> str:
@@ -206,6 +279,18 @@ class Env(ABC):
 
     @abstractmethod
     def _step(self, action: str) -> Step: ...
+
+
+def turn_limit(spec: EnvSpec, horizon: int | None = None) -> int:
+    """An episode's turn limit: `horizon` where one is set (ScalingInter-RL's phases, `serve-env --max-turns`),
+    else the environment's own (AgentGym's settings)."""
+    return horizon or spec.max_turns
+
+
+def out_of_turns(env: Env, limit: int) -> bool:
+    """Whether `env`'s episode, still running, has played its `limit` turns: its player ends it there (the
+    rollout engine as `turn_limit`, `gymflow serve-env` with done and truncated), since `step` never does."""
+    return not env.done and env.turns >= limit
 
 
 def clean_action(text: str) -> str:

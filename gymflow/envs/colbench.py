@@ -38,12 +38,15 @@ of the hidden rules cannot be inferred from the request, which is what the row m
 
 from __future__ import annotations
 
+import keyword
 import re
 import textwrap
 from collections.abc import Iterator
 from typing import Any
 
-from gymflow.envs.base import CODE_FENCE, Env, EnvSpec, Step, Task, clean_action, echo
+from pydantic import Field, field_validator
+
+from gymflow.envs.base import CODE_FENCE, Env, EnvSpec, Hidden, Step, Task, clean_action, echo
 from gymflow.envs.colbench_families import (
     LEVELS,
     N_TESTS,
@@ -112,7 +115,43 @@ def grade(code: str, hidden: dict[str, Any], limits: Limits = LIMITS) -> tuple[i
     return passed, note
 
 
+class Specific(Hidden):
+    """One of a task's rules, as the rule-based user answers about it and the expert asks about it."""
+
+    name: str
+    hidden: bool
+    answer: str
+    keywords: list[str]
+    question: str
+    topic: str
+
+
+class ColBenchHidden(Hidden):
+    function: str
+    reference: str
+    specifics: list[Specific]
+    tests: list[list[Any]] = Field(min_length=N_TESTS, max_length=N_TESTS)
+
+    @field_validator("function")
+    @classmethod
+    def _a_name(cls, name: str) -> str:
+        """The function the tests call: a Python name, or no submission could ever pass."""
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise ValueError(f"{echo(name)!r} is not a Python function name")
+        return name
+
+    @field_validator("tests")
+    @classmethod
+    def _cases(cls, tests: list[list[Any]]) -> list[list[Any]]:
+        """Each test is [arguments, expected], its arguments a list (the call is function(*arguments))."""
+        for i, test in enumerate(tests):
+            if len(test) != 2 or not isinstance(test[0], list):
+                raise ValueError(f"tests[{i}] is not [arguments (a list), expected value]")
+        return tests
+
+
 class ColBench(Env):
+    hidden_schema = ColBenchHidden
     spec = EnvSpec(
         name="colbench",
         description="ColBench backend programming: ask a simulated user for the rules, then write the function",

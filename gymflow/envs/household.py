@@ -39,7 +39,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from gymflow.envs.base import Env, EnvSpec, NoExpert, Step, Task, echo, task_rng
+from pydantic import model_validator
+
+from gymflow.envs.base import Env, EnvSpec, Hidden, NoExpert, Step, Task, echo, task_rng
 
 # difficulty (walkthrough length) -> game settings
 LEVELS: dict[str, dict[str, int]] = {
@@ -329,7 +331,23 @@ def _level_rounds(rng: random.Random) -> Iterator[str]:
         yield from rng.sample(list(LEVELS), len(LEVELS))
 
 
+class HouseholdHidden(Hidden):
+    quest_length: int
+    rooms: int
+    objects: int
+    walkthrough: list[str]
+
+    @model_validator(mode="after")
+    def _a_level(self) -> HouseholdHidden:
+        """The settings of one of the levels: others make a game TextWorld compiles on reset, at any size."""
+        settings = {"quest_length": self.quest_length, "rooms": self.rooms, "objects": self.objects}
+        if settings not in LEVELS.values():
+            raise ValueError(f"{settings} are not the settings of a level ({', '.join(LEVELS)})")
+        return self
+
+
 class Household(Env):
+    hidden_schema = HouseholdHidden
     spec = EnvSpec(
         name="household",
         description="TextWorld household quests made offline (ALFWorld role): find, unlock, take, put",

@@ -19,10 +19,13 @@ import random
 from collections import deque
 from collections.abc import Iterator
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
+from pydantic import Field, model_validator
+
+from gymflow.envs.base import Env, EnvSpec, Hidden, Step, Task, echo, task_rng
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 SIZES = {"5x5": 5, "6x6": 6, "7x7": 7}
+MAX_SIZE = 64  # a task from outside may be larger than the generator's, within reason
 
 VIEWS = ("coords", "verbal")
 SYSTEM_PROMPT = (
@@ -87,7 +90,40 @@ def shortest_path(
     return path[::-1]
 
 
+class MazeHidden(Hidden):
+    """A maze as `Maze._reset` reads it: `open[r][c]` the initials of the sides of cell (r, c) with no wall."""
+
+    size: int = Field(ge=2, le=MAX_SIZE)
+    open: list[list[str]]
+    start: list[int] = Field(min_length=2, max_length=2)
+    goal: list[int] = Field(min_length=2, max_length=2)
+
+    @model_validator(mode="after")
+    def _inside(self) -> MazeHidden:
+        """Every opening leads to a cell of the maze, and start and goal are two of its cells: otherwise a move
+        would walk off the grid (an IndexError in the middle of an episode)."""
+        n = self.size
+        if len(self.open) != n or any(len(row) != n for row in self.open):
+            raise ValueError(f"open must be {n} rows of {n} cells (size {n})")
+        full = {d[0]: d for d in MOVES}
+        for r, row in enumerate(self.open):
+            for c, cell in enumerate(row):
+                if not set(cell) <= set(full) or len(set(cell)) != len(cell):
+                    raise ValueError(f"open[{r}][{c}] is {cell!r}: a cell is distinct letters of 'udlr'")
+                for side in cell:
+                    dr, dc = MOVES[full[side]]
+                    if not (0 <= r + dr < n and 0 <= c + dc < n):
+                        raise ValueError(f"open[{r}][{c}] opens {full[side]}, out of the maze")
+        for name, (r, c) in (("start", self.start), ("goal", self.goal)):
+            if not (0 <= r < n and 0 <= c < n):
+                raise ValueError(f"{name} {r},{c} is outside the {n}x{n} maze")
+        if self.start == self.goal:
+            raise ValueError("start and goal are the same cell")
+        return self
+
+
 class Maze(Env):
+    hidden_schema = MazeHidden
     spec = EnvSpec(
         name="maze",
         description="LMRL-Gym maze: reach the goal from local wall observations",

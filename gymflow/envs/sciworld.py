@@ -25,9 +25,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
+from pydantic import Field, field_validator
 from scienceworld import ScienceWorldEnv
 
-from gymflow.envs.base import Env, EnvSpec, NoExpert, Step, Task, task_rng
+from gymflow.envs.base import Env, EnvSpec, Hidden, NoExpert, Step, Task, echo, task_rng
 
 # Task types whose gold paths mostly fit 30 turns, in ScienceWorld's topic order, with their usable (train, test)
 # variation counts: at least this many have a gold path that reaches score 100 within the turn limit
@@ -189,7 +190,23 @@ def usable_variations(task_name: str, split: str, limit: int = 30) -> int:
         source.close()
 
 
+class SciWorldHidden(Hidden):
+    """A variation of one of the task types; whether the simulator has that variation only loading tells."""
+
+    task_name: str
+    variation: int = Field(ge=0)
+    gold: list[str]
+
+    @field_validator("task_name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in TASK_TYPES:
+            raise ValueError(f"{echo(name)!r} is not one of the {len(TASK_TYPES)} task types played here")
+        return name
+
+
 class SciWorld(Env):
+    hidden_schema = SciWorldHidden
     spec = EnvSpec(
         name="sciworld",
         description="ScienceWorld science experiments (17 task types, official train/test variations)",

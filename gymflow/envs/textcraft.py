@@ -42,8 +42,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import minecraft_data
+from pydantic import field_validator
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
+from gymflow.envs.base import Env, EnvSpec, Hidden, Step, Task, echo, task_rng
 
 MC_VERSION = "1.16.2"
 DEPTHS = ["1", "2", "3", "4"]
@@ -316,7 +317,20 @@ def match_recipe(recipes: list[Recipe], given: dict[str, int]) -> tuple[Recipe, 
     return None
 
 
+class TextCraftHidden(Hidden):
+    goal: str
+
+    @field_validator("goal")
+    @classmethod
+    def _craftable(cls, goal: str) -> str:
+        """An item with a recipe: the episode ends when it is crafted, so any other goal never ends."""
+        if goal not in cookbook().recipes:
+            raise ValueError(f"{echo(goal)!r} is no craftable item (minecraft-data {MC_VERSION})")
+        return goal
+
+
 class TextCraft(Env):
+    hidden_schema = TextCraftHidden
     spec = EnvSpec(
         name="textcraft",
         description="TextCraft: craft a Minecraft item from listed crafting commands (minecraft-data recipes)",

@@ -30,8 +30,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from pydantic import field_validator
 
-from gymflow.envs.base import Env, EnvSpec, Step, Task, echo, task_rng
+from gymflow.envs.base import Env, EnvSpec, Hidden, Step, Task, echo, task_rng
 
 WORD_LEN = 5
 MAX_GUESSES = 6
@@ -220,7 +221,20 @@ def parse_guess(action: str) -> str | None:
 
 
 # ---- environment ---------------------------------------------------------------------------------
+class WordleHidden(Hidden):
+    answer: str
+
+    @field_validator("answer")
+    @classmethod
+    def _a_word(cls, word: str) -> str:
+        """A word a guess can equal (lower case, in the vocabulary): any other could never be found."""
+        if word not in guess_index():
+            raise ValueError(f"{echo(word)!r} is not a word of the vocabulary (5 lower-case letters)")
+        return word
+
+
 class Wordle(Env):
+    hidden_schema = WordleHidden
     spec = EnvSpec(
         name="wordle",
         description="LMRL-Gym Wordle: find a hidden 5-letter word in 6 guesses from b/y/g feedback",
@@ -234,6 +248,12 @@ class Wordle(Env):
     @classmethod
     def difficulties(cls) -> list[str]:
         return list(LEVELS)
+
+    @classmethod
+    def vocabulary(cls) -> list[str]:
+        """Every word a guess may be (answers first): `gymflow serve-env wordle` serves it as AgentGym's
+        /filtered_vocab, which its Wordle client writes into its first prompt."""
+        return list(word_lists()[1])
 
     @classmethod
     def generate(cls, split: str, seed: int) -> Iterator[Task]:

@@ -115,7 +115,12 @@ class HttpEnv(Env):
         except EnvUnavailable:  # SessionGone too: the episode's state is gone with it
             self.sid = None
             raise
-        return Step(out["observation"], float(out["reward"]), bool(out["done"]))
+        # The server ends an episode at its turn limit (done and truncated); in process `Env.step` never does,
+        # its player does (the rollout engine, with its own horizon), so the step reads as it would there.
+        truncated = bool(out.get("truncated", False))
+        info = {"truncated": True} if truncated else {}
+        score = float(out["score"])  # the episode's reward so far, whatever --step-rewards makes `reward`
+        return Step(out["observation"], score, bool(out["done"]) and not truncated, info)
 
     def available_actions(self) -> list[str] | None:
         if self.sid is None:

@@ -7,16 +7,27 @@ JVM-heavy ScienceWorld or the sandboxed apps world runs, and scales, apart from 
     curl -X POST localhost:8100/step -d '{"id": 0, "action": "inventory"}'
 
 AgentGym's endpoints, with its request and response shapes (its client classes drive these servers):
-POST /create, POST /reset {id, data_idx}, POST /step {id, action} -> {observation, reward, score, done},
-GET /observation?id=, GET /available_actions?id=, GET /detail?id=, POST /close {id}. `data_idx` indexes the
-server's task list (its instruction set's `--split`); gymflow's own client sends the task row itself
-(`{"id", "task": {...}}`), so a stage plays exactly the tasks it drew. `reward` and `score` are both the
-episode's reward so far, as `Env.step` reports it.
+POST /create, POST /reset {id, data_idx}, POST /step {id, action} -> {observation, reward, score, done,
+truncated, step_reward, turns, max_turns}, GET /observation?id=, GET /available_actions?id=, GET /detail?id=,
+POST /close {id}, and for wordle GET /filtered_vocab?id= (the words a guess may be). Each is served at / and
+at /<env>/ too, where AgentGym's LMRL-Gym server has maze and wordle. `data_idx` indexes the server's task
+list (its instruction set's `--split`); `game` (AgentGym's maze client) and `seed` (its Wordle client) are
+other names for it. gymflow's own client sends the task row itself (`{"id", "task": {...}}`), so a stage
+plays exactly the tasks it drew.
+
+`score` is the episode's reward so far, as `Env.step` reports it, and so is `reward` by default (AgentGym's
+TextCraft client reports the last one); with `--step-rewards`, `reward` is what the step added
+(`step_reward`), which AgentGym's maze and Wordle clients sum. The two differ only for an environment that
+pays before the end (ScienceWorld). An episode ends at the turn limit as the rollout engine ends it
+(`out_of_turns`): the environment's own, or `--max-turns`; that step is `done` and `truncated`, and /create,
+/reset, /detail and /spec give the limit as `max_turns`.
 
 What AgentGym's servers lack: a session idle for `ttl` seconds is closed; at most `max_sessions` are live
 (503 with Retry-After beyond); mistakes are 4xx with {"error": message} (404 unknown or expired session,
-409 a step after the episode ended, 413 a body over `max_body_kb`, 400 anything else malformed), never a 200
-carrying an error; GET /health says how full the server is. Requests of one session run one at a time.
+409 a step after the episode ended, 413 a body over `max_body_kb`, 400 anything else malformed, a task row
+that does not fit its environment's schema included: `Env.check_task` refuses it before any environment
+exists, where it would have failed with a 500 at reset or at a submit turns later), never a 200 carrying an
+error; GET /health says how full the server is. Requests of one session run one at a time.
 """
 
 from __future__ import annotations
@@ -33,16 +44,16 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, model_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from gymflow.envs import ENVS
-from gymflow.envs.base import Env, EpisodeOver, Task
+from gymflow.envs.base import BadTask, Env, EpisodeOver, Task, out_of_turns, task_of_row, turn_limit
 from gymflow.errors import UserError
 from gymflow.serving import BadRequest, free_port, listen, read_json, started
 
@@ -55,10 +66,11 @@ class EnvLimits:
     max_sessions: int = 64
     ttl: float = 600.0  # seconds a session may sit idle (a turn of generation is seconds to a minute)
     max_body_kb: int = 256  # an action or a task row (colbench's hidden code is a few KB)
+    max_turns: int | None = None  # an episode's turn limit; None: the environment's own (EnvSpec.max_turns)
 
     def __post_init__(self) -> None:
-        if self.max_sessions < 1 or self.ttl <= 0 or self.max_body_kb < 1:
-            raise UserError("--max-sessions, --ttl and --max-body-kb must be positive")
+        if self.max_sessions < 1 or self.ttl <= 0 or self.max_body_kb < 1 or (self.max_turns or 1) < 1:
+            raise UserError("--max-sessions, --ttl, --max-body-kb and --max-turns must be positive")
 
 
 class _Body(BaseModel):
@@ -72,8 +84,20 @@ class CreateBody(_Body):
 
 class ResetBody(_Body):
     id: StrictInt
-    data_idx: StrictInt | None = 0
+    data_idx: StrictInt | None = None
+    game: StrictInt | None = None  # AgentGym's maze client names the task index so
+    seed: StrictInt | None = None  # and its Wordle client so
     task: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_index(self) -> ResetBody:
+        """`game` and `seed` are other names of `data_idx` (AgentGym's LMRL-Gym clients send them): ignored,
+        every reset of those clients played task 0."""
+        given = {k: v for k in ("data_idx", "game", "seed") if (v := getattr(self, k)) is not None}
+        if len(set(given.values())) > 1:
+            raise ValueError(f"{' and '.join(given)} name different tasks: send one index")
+        self.data_idx = next(iter(given.values()), None)
+        return self
 
 
 class StepBody(_Body):
@@ -89,6 +113,7 @@ class CloseBody(_Body):
 class Session:
     env: Env
     observation: str = ""
+    truncated: bool = False  # the episode ended at the turn limit, not by the game
     used: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)  # one request of a session at a time
 
@@ -169,12 +194,17 @@ def _validated(model: type[BaseModel], data: object) -> Any:
         raise BadRequest(f"{where}: {err['msg']}") from None
 
 
-def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None) -> FastAPI:
-    """The app serving fresh `env_name` environments; `tasks` is what AgentGym's `data_idx` indexes."""
+def create_app(
+    env_name: str, tasks: list[Task], limits: EnvLimits | None = None, step_rewards: bool = False
+) -> FastAPI:
+    """The app serving fresh `env_name` environments; `tasks` is what AgentGym's `data_idx` indexes. With
+    `step_rewards`, a step's `reward` is what that step added (AgentGym's LMRL-Gym clients sum it); `score` is
+    the episode's reward so far either way (what gymflow's client and AgentGym's BabyAI client read)."""
     if env_name not in ENVS:
         raise UserError(f"unknown environment {env_name!r}; choose one of: {', '.join(sorted(ENVS))}")
     limits = limits or EnvLimits()
     spec = ENVS[env_name].spec
+    limit = turn_limit(spec, limits.max_turns)  # as the rollout engine ends an episode, so does the server
     sessions = Sessions(ENVS[env_name], limits)
 
     async def sweep() -> None:
@@ -191,6 +221,9 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
 
     app = FastAPI(title=f"gymflow environment server: {env_name}", lifespan=lifespan)
     app.state.sessions = sessions
+    router = (
+        APIRouter()
+    )  # served at / and at /<env_name>/, where AgentGym's LMRL-Gym server has maze and wordle
 
     @app.exception_handler(HTTPException)
     def http_error(request: Request, exc: HTTPException) -> JSONResponse:  # unknown path, wrong method
@@ -224,11 +257,12 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
     def pick(data_idx: int | None, row: dict[str, Any] | None) -> Task:
         if row is not None:
             try:
-                task = Task.from_row({**row, "env": row.get("env", env_name)})
-            except (KeyError, TypeError, ValueError) as e:
-                raise BadRequest(f"task: not a task row ({type(e).__name__}: {e})", "task") from None
-            if task.env != env_name:
-                raise BadRequest(f"task is for {task.env!r}; this server plays {env_name!r}", "task")
+                task = task_of_row({**row, "env": row.get("env", env_name)})
+                if task.env != env_name:
+                    raise BadRequest(f"task is for {task.env!r}; this server plays {env_name!r}", "task")
+                ENVS[env_name].check_task(task)
+            except BadTask as e:
+                raise BadRequest(f"task: not a {env_name} task row: {e}", "task") from None
             return task
         idx = data_idx or 0
         if not 0 <= idx < len(tasks):
@@ -240,13 +274,21 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
     def reset(sid: int, session: Session, task: Task) -> dict[str, Any]:
         with session.lock:
             session.observation = session.env.reset(task)
-        return {"id": sid, "observation": session.observation, "reward": 0.0, "score": 0.0, "done": False}
+            session.truncated = False
+        return {
+            "id": sid,
+            "observation": session.observation,
+            "reward": 0.0,
+            "score": 0.0,
+            "done": False,
+            "max_turns": limit,
+        }
 
-    @app.get("/")
+    @router.get("/")
     def hello() -> str:
         return f"This is environment {env_name} (gymflow)."
 
-    @app.get("/health")
+    @router.get("/health")
     def health() -> dict[str, Any]:
         return {
             "status": "ok",
@@ -255,9 +297,10 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
             "max_sessions": limits.max_sessions,
             "ttl": limits.ttl,
             "tasks": len(tasks),
+            "max_turns": limit,
         }
 
-    @app.post("/create")
+    @router.post("/create")
     async def create(request: Request) -> dict[str, Any]:
         req = await body(request, CreateBody)
         task = pick(req.data_idx, req.task)  # before the environment exists: a bad task costs nothing
@@ -268,19 +311,26 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
             await run_in_threadpool(sessions.close, sid)
             raise
 
-    @app.post("/reset")
+    @router.post("/reset")
     async def reset_(request: Request) -> dict[str, Any]:
         req = await body(request, ResetBody)
         session = sessions.get(req.id)
         return await run_in_threadpool(reset, req.id, session, pick(req.data_idx, req.task))
 
-    @app.post("/step")
+    @router.post("/step")
     async def step(request: Request) -> dict[str, Any]:
         req = await body(request, StepBody)
         session = sessions.get(req.id)
 
         def play() -> dict[str, Any]:
             with session.lock:
+                before = session.env.reward
+                if session.truncated:
+                    raise BadRequest(
+                        f"session {req.id}'s episode ended at its turn limit ({limit} turns, --max-turns): "
+                        "reset it (POST /reset) to play again",
+                        status=409,
+                    )
                 try:
                     out = session.env.step(req.action)
                 except EpisodeOver:
@@ -289,44 +339,68 @@ def create_app(env_name: str, tasks: list[Task], limits: EnvLimits | None = None
                         status=409,
                     ) from None
                 session.observation = out.observation
+                session.truncated = out_of_turns(session.env, limit)
                 env = session.env
+            added = out.reward - before
             return {
                 "observation": out.observation,
-                "reward": out.reward,
+                "reward": added if step_rewards else out.reward,
                 "score": out.reward,
-                "done": out.done,
+                "step_reward": added,
+                "done": out.done or session.truncated,
+                "truncated": session.truncated,
                 "turns": env.turns,
+                "max_turns": limit,
             }
 
         return await run_in_threadpool(play)
 
-    @app.get("/observation")
+    @router.get("/observation")
     def observation(id: int) -> str:
         return sessions.get(id).observation
 
-    @app.get("/available_actions")
+    @router.get("/available_actions")
     def available_actions(id: int) -> list[str] | None:
         session = sessions.get(id)
         with session.lock:
             return session.env.available_actions()
 
-    @app.get("/detail")
+    @router.get("/detail")
     def detail(id: int) -> dict[str, Any]:
-        env = sessions.get(id).env
-        task = env.task.task_id if env.task else None
-        return {"id": id, "task_id": task, "turns": env.turns, "reward": env.reward, "done": env.done}
+        session = sessions.get(id)
+        env = session.env
+        return {
+            "id": id,
+            "task_id": env.task.task_id if env.task else None,
+            "turns": env.turns,
+            "max_turns": limit,
+            "reward": env.reward,
+            "done": env.done or session.truncated,
+            "truncated": session.truncated,
+        }
 
-    @app.get("/spec")
+    @router.get("/spec")
     def spec_() -> dict[str, Any]:
-        return {"name": spec.name, "max_turns": spec.max_turns, "reward_range": list(spec.reward_range)}
+        return {"name": spec.name, "max_turns": limit, "reward_range": list(spec.reward_range)}
 
-    @app.post("/close")
+    @router.post("/close")
     async def close(request: Request) -> dict[str, Any]:
         req = await body(request, CloseBody)
         sessions.get(req.id)  # 404 for an unknown one
         await run_in_threadpool(sessions.close, req.id)
         return {"id": req.id, "closed": True}
 
+    vocabulary = getattr(ENVS[env_name], "vocabulary", None)
+    if vocabulary is not None:
+
+        @router.get("/filtered_vocab")
+        def filtered_vocab(id: int) -> list[str]:
+            """The words a guess may be: AgentGym's Wordle client lists them in its first prompt."""
+            sessions.get(id)  # 404 for an unknown session, as AgentGym's server answers
+            return vocabulary()
+
+    app.include_router(router)
+    app.include_router(router, prefix=f"/{env_name}")
     return app
 
 
@@ -343,15 +417,17 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8100,
     limits: EnvLimits | None = None,
+    step_rewards: bool = False,
 ) -> None:
     """Serve `env_name` until interrupted."""
     limits = limits or EnvLimits()
     sock = listen(host, port)
-    app = create_app(env_name, tasks, limits)
+    app = create_app(env_name, tasks, limits, step_rewards)
     print(f"serving {env_name} ({len(tasks)} tasks by data_idx) at http://{host}:{port}", flush=True)
     print(
         f"limits: {limits.max_sessions} live sessions, closed after {limits.ttl:g} s idle, "
-        f"bodies <= {limits.max_body_kb} KB",
+        f"bodies <= {limits.max_body_kb} KB, episodes end after {turn_limit(ENVS[env_name].spec, limits.max_turns)} "
+        "turns",
         flush=True,
     )
     config = uvicorn.Config(app, access_log=False, timeout_graceful_shutdown=5)

@@ -24,7 +24,7 @@ from transformers import PreTrainedModel
 from gymflow.agent.chat import ChatFormat
 from gymflow.agent.react import parse_action
 from gymflow.envs import make_env
-from gymflow.envs.base import Env, Task
+from gymflow.envs.base import Env, Task, out_of_turns, turn_limit
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
 from gymflow.progress import bar as progress_bar
 from gymflow.remote.env_client import EnvUnavailable
@@ -141,7 +141,7 @@ def start_batch(
             envs.append(make(task.env))
         env = envs[taken[task.env]]
         taken[task.env] += 1
-        running.append(_Running(env, task, sample, horizon or env.spec.max_turns, fmt))
+        running.append(_Running(env, task, sample, turn_limit(env.spec, horizon), fmt))
     return running
 
 
@@ -217,7 +217,7 @@ def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConf
     ep.messages.append(Message("user", step.observation, reward=step.reward))
     if step.done:
         return ep.finish("done")
-    if ep.env.turns >= ep.horizon:
+    if out_of_turns(ep.env, ep.horizon):
         return ep.finish("turn_limit")
     between = fmt.between(reply.token_ids, step.observation)
     if len(ep.ids) + len(between) + cfg.max_new_tokens > cfg.max_length:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import importlib.util
-import json
 import math
 import threading
 from functools import lru_cache
@@ -357,8 +356,8 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
         return page(
             request,
             "charts.html",
-            success=json.dumps(success),
-            plots=json.dumps(plots),
+            success=success,  # as data: the template's `tojson` escapes what could end its <script>
+            plots=plots,
             has_success=bool(success),
             plot_names=[p["name"] for p in plots],
         )

@@ -27,6 +27,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import model_validator
+
+from gymflow.envs.base import Hidden
+
 TOLERANCE = 0.01  # dollars
 TABLES = {  # lists of records in the state, by their key field (None: the items are the keys)
     "phone.contacts": "contact_id",
@@ -139,6 +143,44 @@ STATE_CHECKS: dict[str, Callable[[dict, dict, dict, Claims], bool]] = {
     "contains": _contains,
     "value": _value,
 }
+
+
+# The fields each kind of check reads: a check without them failed only at complete_task, after the episode.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "added": ("table", "match"),
+    "removed": ("table", "key"),
+    "field": ("table", "key", "field", "equals"),
+    "contains": ("table", "key", "field", "item"),
+    "value": ("path", "equals"),
+    "answer": ("equals",),
+    "completed": (),
+    "no_collateral": (),
+}
+
+
+class Check(Hidden):
+    """One of a task's checks: a known kind, a text, and the fields of its kind, typed as they are read."""
+
+    kind: str
+    text: str
+
+    @model_validator(mode="after")
+    def _fields(self) -> Check:
+        if self.kind not in FIELDS:
+            raise ValueError(f"unknown check kind {self.kind!r}; the kinds are {', '.join(FIELDS)}")
+        extra = self.model_extra or {}
+        if missing := [f for f in FIELDS[self.kind] if f not in extra]:
+            raise ValueError(f"a {self.kind} check needs {', '.join(missing)}")
+        if "table" in extra and extra["table"] not in TABLES:
+            raise ValueError(f"table {extra['table']!r} is not one of {', '.join(TABLES)}")
+        if "key" in extra and (not isinstance(extra["key"], (str, int)) or isinstance(extra["key"], bool)):
+            raise ValueError("a check's key is a string or an integer (a record's id)")
+        if "match" in extra and not isinstance(extra["match"], dict):
+            raise ValueError("an added check's match is an object of field: value")
+        for name in ("field", "path"):
+            if name in extra and not isinstance(extra[name], str):
+                raise ValueError(f"a check's {name} is a string")
+        return self
 
 
 def same_answer(answer: Any, want: Any) -> bool:

@@ -27,10 +27,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from gymflow.envs.apps.checks import run_checks
+from pydantic import Field
+
+from gymflow.envs.apps.checks import Check, run_checks
 from gymflow.envs.apps.scenarios import LEVELS, draw_tasks
 from gymflow.envs.apps.world import ApiError, World, build_world
-from gymflow.envs.base import CODE_FENCE, Env, EnvSpec, Step, Task
+from gymflow.envs.base import CODE_FENCE, Env, EnvSpec, Hidden, Step, Task
 from gymflow.sandbox import Limits
 from gymflow.sandbox.session import CallRefused, Session
 
@@ -78,7 +80,22 @@ def doc_lookups(code: str) -> set[tuple[str, str]]:
     return set(_DOC.findall(code))
 
 
+class GoldCell(Hidden):
+    thought: str
+    code: str
+
+
+class AppsHidden(Hidden):
+    """A world seed, the gold program the expert plays, and the checks the reward is the passing fraction of
+    (so at least one: none would divide by zero when the task completes)."""
+
+    world_seed: int = Field(ge=0)
+    gold: list[GoldCell] = Field(min_length=1)
+    checks: list[Check] = Field(min_length=1)
+
+
 class Apps(Env):
+    hidden_schema = AppsHidden
     spec = EnvSpec(
         name="apps",
         description="AppWorld-style apps: write Python against phone, venmo, note and file APIs to do a task",
