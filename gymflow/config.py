@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
@@ -31,9 +31,21 @@ from gymflow.errors import UserError
 # from queueing billions of episodes that fill memory before the first one plays.
 MAX_SAMPLES = 1_000
 
+# Ceilings on the other sizes, each far above the largest published setting, so that a slip (a zero too many,
+# 1e9) is a one-line error naming the key instead of an allocation that takes the machine down. Whether the
+# model built from them fits this machine's memory is `check_machine`'s question (the params stage asks it).
+MAX_VOCAB = 1 << 20  # published vocabularies: 32k (Llama 2) to 256k (Gemma)
+MAX_WIDTH = 1 << 16  # hidden_size (16,384 in Llama 3.1 405B), and a LoRA rank, at most the width it adapts
+MAX_INTERMEDIATE = 1 << 18  # 53,248 in Llama 3.1 405B
+MAX_LAYERS = 1 << 10  # 126 in Llama 3.1 405B
+MAX_TOKENS = 1 << 20  # positions, lengths and ids per forward pass: 1M in Qwen2.5-1M, the longest context
+MAX_BATCH = 1 << 16  # episodes or pairs per batch: published SFT, DPO and rollout batches are 8 to 4,096
+MAX_WORKERS = 1 << 10  # Ray workers, each a process holding a policy
+
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan: `.inf` and `.nan` are YAML floats; no rate, weight or temperature means anything at either
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class InstructionsConfig(Section):
@@ -61,14 +73,16 @@ class ModelConfig(Section):
     name_or_path: str | None = None
     seed: int = 0
     vocab_size: int = Field(
-        2048, ge=300, description="BPE vocabulary, special tokens included (>= 256 bytes)"
+        2048, ge=300, le=MAX_VOCAB, description="BPE vocabulary, special tokens included (>= 256 bytes)"
     )
-    hidden_size: int = Field(128, ge=8)
-    intermediate_size: int = Field(512, ge=8)
-    layers: int = Field(2, ge=1)
-    heads: int = Field(4, ge=1)
-    kv_heads: int = Field(4, ge=1)
-    max_length: int = Field(4096, ge=64, description="longest sequence (positions) the model handles")
+    hidden_size: int = Field(128, ge=8, le=MAX_WIDTH)
+    intermediate_size: int = Field(512, ge=8, le=MAX_INTERMEDIATE)
+    layers: int = Field(2, ge=1, le=MAX_LAYERS)
+    heads: int = Field(4, ge=1)  # at most hidden_size, which it divides
+    kv_heads: int = Field(4, ge=1)  # at most heads, which it divides
+    max_length: int = Field(
+        4096, ge=64, le=MAX_TOKENS, description="longest sequence (positions) the model handles"
+    )
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelConfig:
@@ -96,16 +110,16 @@ class SFTParams(Section):
         return value
 
     lr: float = Field(2e-3, gt=0)
-    batch_size: int = Field(8, ge=1, description="episodes per step")
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="episodes per step")
     warmup: float = Field(0.05, ge=0, description="warm-up: a fraction of the steps (< 1) or a step count")
-    max_length: int = Field(2048, ge=64, description="longer episodes are truncated")
+    max_length: int = Field(2048, ge=64, le=MAX_TOKENS, description="longer episodes are truncated")
     bf16: bool | Literal["auto"] = Field(
         "auto",
         description="bf16 autocast; auto: where the hardware computes bf16 natively (without it, CPU autocast "
         "emulates bf16 and trains 12x slower than fp32 on an AVX2-only CPU)",
     )
     lora_rank: int = Field(
-        0, ge=0, description="0: full fine-tuning (the tiny default); > 0: LoRA of that rank"
+        0, ge=0, le=MAX_WIDTH, description="0: full fine-tuning (the tiny default); > 0: LoRA of that rank"
     )
     seed: int = 0
     log_every: int = Field(10, ge=1)
@@ -125,9 +139,11 @@ class RolloutParams(Section):
     """How episodes are played, whoever plays them (evaluation, AgentEvol's exploration, RL): its own section,
     so that a change to evaluation alone does not rerun the stages that train."""
 
-    max_new_tokens: int = Field(96, ge=1, description="per reply; must exceed the longest thought")
-    max_length: int = Field(4096, ge=64)
-    batch_size: int = Field(32, ge=1, description="episodes sharing one generation batch")
+    max_new_tokens: int = Field(
+        96, ge=1, le=MAX_TOKENS, description="per reply; must exceed the longest thought"
+    )
+    max_length: int = Field(4096, ge=64, le=MAX_TOKENS)
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="episodes sharing one generation batch")
     servers: dict[str, str | list[str]] = Field(
         {},
         description="policy -> base URL of an OpenAI-compatible server (vLLM, `gymflow serve-model`) that "
@@ -142,7 +158,9 @@ class RolloutParams(Section):
         "local",
         description="local: this process plays every episode; ray: whole batches spread over Ray workers",
     )
-    workers: int = Field(2, ge=1, description="Ray workers (engine: ray), one CPU (or GPU) each")
+    workers: int = Field(
+        2, ge=1, le=MAX_WORKERS, description="Ray workers (engine: ray), one CPU (or GPU) each"
+    )
     ray_address: str | None = Field(
         None, description="the Ray cluster to join (auto, ray://host:10001); null: start one on this machine"
     )
@@ -300,8 +318,10 @@ class RLParams(Section):
     warmup: int = Field(
         8, ge=0, description="optimizer steps over which the learning rate ramps up linearly from lr / warmup"
     )
-    lora_rank: int = Field(0, ge=0, description="0: full fine-tuning; > 0: LoRA of that rank")
-    max_tokens: PositiveInt = Field(16384, description="tokens per forward pass (a mini-batch is split)")
+    lora_rank: int = Field(0, ge=0, le=MAX_WIDTH, description="0: full fine-tuning; > 0: LoRA of that rank")
+    max_tokens: PositiveInt = Field(
+        16384, le=MAX_TOKENS, description="tokens per forward pass (a mini-batch is split)"
+    )
     seed: int = 0
 
     @model_validator(mode="after")
@@ -347,14 +367,14 @@ class CriticConfig(Section):
     the data (the paper's Table 5 lists 0.01; its released critic command sets none)"""
     epochs: int = Field(4, ge=1)
     """passes over the pairs (advantage) or episodes (value); the paper: 4"""
-    batch: int = Field(8, ge=1)
+    batch: int = Field(8, ge=1, le=MAX_BATCH)
     """pairs (advantage) or episodes (value) per optimizer step; the paper: 8"""
     max_pairs_per_task: int = Field(16, ge=1)
     """at most this many (chosen, rejected) pairs per task, a seeded draw: K samples of a task give up to
     K^2/4 pairs, which would let tasks with many distinct rewards dominate"""
-    max_hidden_tokens: int = Field(512, ge=1)
+    max_hidden_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     """the hidden block is cut to this many ids (colbench's reference: about 100)"""
-    max_tokens: int = Field(16384, ge=1)
+    max_tokens: int = Field(16384, ge=1, le=MAX_TOKENS)
     """padded ids per forward pass: bounds activation memory, not the batch (passes accumulate)"""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """gradients clipped to this norm (None: not clipped)"""
@@ -376,15 +396,15 @@ class DPOParams(Section):
     agent's other fine-tuning runs at 3e-4 (rl) and 4e-4 (evol)"""
     epochs: float = Field(1.0, gt=0)
     """passes over the pairs, a fraction being a seeded draw (the paper: actor 1, multi-turn DPO 4)"""
-    batch_size: int = Field(8, ge=1)
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH)
     """pairs per optimizer step (the paper: 8)"""
     warmup: float = Field(0.05, ge=0)
     """learning-rate warm-up: a fraction of the steps (< 1) or a step count"""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """gradients clipped to this norm (None: not clipped; OpenRLHF clips at 1.0)"""
-    max_tokens: int = Field(16384, ge=1)
+    max_tokens: int = Field(16384, ge=1, le=MAX_TOKENS)
     """padded ids per forward pass: bounds activation memory, not the batch (passes accumulate)"""
-    lora_rank: int = Field(0, ge=0)
+    lora_rank: int = Field(0, ge=0, le=MAX_WIDTH)
     """0: full fine-tuning (the tiny default); > 0: LoRA of that rank (large models)"""
     seed: int = 0
     """seeds the shuffle (and LoRA's initial adapters)"""
@@ -395,7 +415,7 @@ class DPOParams(Section):
 class CandidateParams(Section):
     """How SWEET-RL's per-turn pairs are made (section 4.3)."""
 
-    candidates: int = Field(16, ge=2)
+    candidates: int = Field(16, ge=2, le=MAX_SAMPLES)
     """replies sampled per turn (the paper: 16); more gives the halves more room, at a proportional cost"""
     pairs_per_turn: int = Field(1, ge=1)
     """distinct (chosen, rejected) draws per turn (the paper's text: 1; its released script: 4)"""
@@ -442,7 +462,7 @@ class RFTParams(Section):
 class BestOfNParams(Section):
     """Figure 3a: at each turn N candidates from the agent, the one a critic (or chance) picks is executed."""
 
-    ns: list[PositiveInt] = Field([1, 2, 4, 8, 16], min_length=1)
+    ns: list[Annotated[int, Field(ge=1, le=MAX_SAMPLES)]] = Field([1, 2, 4, 8, 16], min_length=1)
     tasks: PositiveInt = Field(description="held-out tasks played (the first of the eval split)")
     temperature: float = Field(1.0, gt=0)
 

@@ -127,6 +127,31 @@ def test_valid_params_load(tmp_path):
             "instructions.eval.sciworld is 900, more than the 887 eval tasks sciworld can make",
         ),
         (GOOD + "rl: {tasks: {maze: 2}, samples: 1000000}\n", "rl.samples: .* less than or equal to 1000"),
+        # model and batch sizes past any machine (issue 37): each names its key and ceiling
+        (GOOD + "model: {hidden_size: 1000000000}\n", "model.hidden_size: .* less than or equal to 65536"),
+        (GOOD + "model: {layers: 100000}\n", "model.layers: .* less than or equal to 1024, got 100000"),
+        (GOOD + "model: {max_length: 1000000000000}\n", "model.max_length: .* less than or equal to 1048576"),
+        (GOOD + "model: {vocab_size: 1000000000}\n", "model.vocab_size: .* less than or equal to 1048576"),
+        (GOOD + "sft: {envs: {maze: 1}, batch_size: 100000000}\n", "sft.batch_size: .* or equal to 65536"),
+        (GOOD + "rollout: {max_new_tokens: 10000000}\n", "rollout.max_new_tokens: .* or equal to 1048576"),
+        (GOOD + "rollout: {engine: ray, workers: 100000}\n", "rollout.workers: .* or equal to 1024"),
+        (GOOD + "rl: {tasks: {maze: 2}, max_tokens: 1e12}\n", "rl.max_tokens: .* valid integer"),
+        (GOOD + SWEET.replace("tasks: 3}", "tasks: 3, ns: [1, 100000]}"), "sweet.best_of_n.ns.1: .* 1000"),
+        # non-finite numbers: YAML reads .inf and .nan as floats, and `gt=0` lets inf through
+        (
+            GOOD + "sft: {envs: {maze: 1}, lr: .inf}\n",
+            "sft.lr: Input should be a finite number, got Infinity",
+        ),
+        (GOOD + "sft: {envs: {maze: 1}, warmup: .nan}\n", "sft.warmup: .* finite number, got NaN"),
+        (GOOD + "evaluate: {envs: [maze], temperature: -.inf}\n", "evaluate.temperature: .* finite number"),
+        (
+            GOOD + "evol: {tasks: {maze: 5}, iterations: {a: {explorer: sft, threshold: .nan}}}\n",
+            "evol.iterations.a: threshold: Input should be a finite number, got NaN",
+        ),
+        (
+            GOOD + SWEET.replace("value: {kind: value}", "value: {beta: .inf}"),
+            "sweet.critics.value: beta: .*finite",
+        ),
         (GOOD + "evaluate: {envs: [maze], k: 1e9}\n", "evaluate.k: .* valid integer, got 1000000000.0"),
         # rollout settings have their own section: an older params.yaml is told where each key went
         (
@@ -291,6 +316,7 @@ def test_solve_refuses_more_tasks_than_an_environment_makes(tmp_path, args, mess
         ("{tasks: {maze: 2}, switches: {epochs: true}}", "rl.switches: epochs: .*, got true"),
         ("{tasks: {maze: 2}, algorithm: lop}", "rl.algorithm 'lop' is not a preset; one of loop, "),
         ("{tasks: {maze: 2}, algorithm: ppo, switches: {level: traj}}", "gae gives one advantage per token"),
+        ("{tasks: {maze: 2}, switches: {kl_coef: .nan}}", "rl.switches: kl_coef: .* finite number, got NaN"),
     ],
 )
 def test_bad_rl_switches_are_one_line_errors_of_the_params_stage(tmp_path, monkeypatch, capsys, rl, message):
