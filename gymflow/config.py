@@ -7,7 +7,9 @@ module imports no environment, so checking params is quick (the `params` stage r
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -569,6 +571,151 @@ class Params(Section):
                 "rl.early_stop needs rollout.engine local (Ray workers play whole batches); drop one"
             )
         return self
+
+
+# ---- what params.yaml names must be on this machine, and what it builds must fit here ----
+BUILD_BYTES = 4  # a parameter in fp32, as init_model builds the decoder in RAM
+TRAIN_BYTES = 16  # a fully fine-tuned parameter: fp32 weights, gradients and AdamW's two moments
+# what a parameter count grows with; and the files a tokenizer loads from (fast, SentencePiece, BPE, WordPiece)
+MODEL_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "layers")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def check_machine(params: Params) -> None:
+    """The params stage's checks of this machine: `init_model` only records a named model, so a missing one
+    failed at SFT, and a built model too big for memory failed there; both after DVC deleted their outputs."""
+    if params.model.name_or_path:
+        check_model_source(params.model.name_or_path)
+    else:
+        check_model_fits(params.model, full=params.sft is not None and params.sft.lora_rank == 0)
+
+
+def check_model_source(name: str) -> None:
+    """`model.name_or_path` must load without a download: a directory holding config.json and a tokenizer, or
+    a Hub id already in the local Hugging Face cache."""
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith(("/", ".", "~", "data/")) or name.count("/") > 1:
+        check_model_dir(name, path)
+    elif not _in_hub_cache(name):
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        raise UserError(
+            f"model.name_or_path {name!r} is neither a directory nor a model in the local Hugging Face cache "
+            f"({HF_HUB_CACHE}), and nothing is downloaded at run time: fetch it first (hf download {name}) "
+            "or name a model directory"
+        )
+
+
+def check_model_dir(name: str, path: Path) -> None:
+    """A model directory: config.json (what from_pretrained builds) and one tokenizer file."""
+    if not path.is_dir():
+        hint = (
+            " (build it: python -m gymflow.models.pretrained data/models/smollm2)"
+            if "smollm2" in name
+            else ""
+        )
+        raise UserError(f"model.name_or_path {name} is not a directory{hint}")
+    if not (path / "config.json").is_file():
+        raise UserError(
+            f"model.name_or_path {name} holds no config.json: name a Hugging Face model directory"
+        )
+    if not any((path / file).is_file() for file in TOKENIZER_FILES):
+        raise UserError(f"model.name_or_path {name} holds no tokenizer (one of {', '.join(TOKENIZER_FILES)})")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the Hub model `repo_id` has its config.json and a tokenizer file in the local cache."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = [
+            isinstance(try_to_load_from_cache(repo_id, f), str) for f in ("config.json", *TOKENIZER_FILES)
+        ]
+    except HFValidationError:  # not a Hub id at all
+        return False
+    return cached[0] and any(cached[1:])
+
+
+def parameters(cfg: ModelConfig) -> int:
+    """The built decoder's parameter count (gymflow.models.build: Qwen2, tied embeddings, q/k/v biases) at the
+    full `vocab_size` its tokenizer is trained to."""
+    kv = cfg.kv_heads * (cfg.hidden_size // cfg.heads)
+    attention = cfg.hidden_size * (2 * cfg.hidden_size + 2 * kv) + cfg.hidden_size + 2 * kv
+    layer = attention + 3 * cfg.hidden_size * cfg.intermediate_size + 2 * cfg.hidden_size
+    return cfg.vocab_size * cfg.hidden_size + cfg.layers * layer + cfg.hidden_size
+
+
+def check_model_fits(cfg: ModelConfig, full: bool) -> None:
+    """Refuse a built model whose parameters alone exceed this machine's memory, naming the size most out of
+    proportion to the default and its largest value that fits with the others as given."""
+    over = memory_shortfall(cfg, full)
+    if over is None:
+        return
+    need, have, why = over
+    defaults = ModelConfig()
+    key = max(MODEL_SIZES, key=lambda k: getattr(cfg, k) / getattr(defaults, k))
+    limit = largest_fitting(cfg, key, full)
+    advice = f"at most {limit:,}" if limit else "fits at no value"
+    raise UserError(
+        f"model.{key} {getattr(cfg, key):,} makes a {parameters(cfg):.3g}-parameter model; {why}, {_gib(need)}, "
+        f"more than this machine's {_gib(have)}: model.{key} {advice} with the other sizes as given"
+    )
+
+
+def largest_fitting(cfg: ModelConfig, key: str, full: bool) -> int | None:
+    """The largest `key` from its minimum up to its value in `cfg` at which the model fits (bisected: the count
+    grows with each size); None where even the minimum does not."""
+
+    def fits(value: int) -> bool:
+        return memory_shortfall(cfg.model_copy(update={key: value}), full) is None
+
+    low = next(m.ge for m in ModelConfig.model_fields[key].metadata if hasattr(m, "ge"))
+    high = getattr(cfg, key)
+    if not fits(low):
+        return None
+    while high - low > 1:  # fits(low) and not fits(high)
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def memory_shortfall(cfg: ModelConfig, full: bool) -> tuple[int, int, str] | None:
+    """(bytes needed, bytes there, what for) of the first memory a model of `cfg` cannot fit; None if it fits
+    (or this system does not say how much memory it has)."""
+    ram = ram_bytes()
+    if ram is None:
+        return None
+    count = parameters(cfg)
+    if count * BUILD_BYTES > ram:
+        return count * BUILD_BYTES, ram, f"building it in RAM takes {BUILD_BYTES} bytes a parameter (fp32)"
+    if full and count * TRAIN_BYTES > ram and count * TRAIN_BYTES > largest_gpu_bytes():
+        why = f"fine-tuning all of it (sft.lora_rank 0) takes {TRAIN_BYTES} bytes a parameter (fp32 weights, "
+        return count * TRAIN_BYTES, max(ram, largest_gpu_bytes()), why + "gradients, AdamW's two moments)"
+    return None
+
+
+def ram_bytes() -> int | None:
+    """This machine's physical memory; None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+@functools.cache
+def largest_gpu_bytes() -> int:
+    """The memory of this machine's largest GPU (0: none). Asked only when RAM is too small: torch takes
+    seconds to import, which the params check otherwise never pays."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    return max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:,.1f} GiB"
 
 
 def describe_error(err: ValidationError) -> str:
