@@ -326,6 +326,7 @@ def test_bad_rl_switches_are_one_line_errors_of_the_params_stage(tmp_path, monke
     with pytest.raises(UserError, match=message):
         switches(load_params(write(tmp_path, GOOD + f"rl: {rl}\n")).rl)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["stages/params.py"])
     (tmp_path / "params.yaml").write_text(GOOD + f"rl: {rl}\n")
     with pytest.raises(SystemExit) as stop:
         params_stage.run_stage(params_stage.main)
@@ -366,6 +367,7 @@ def stage_error(tmp_path, monkeypatch, capsys, text: str) -> str:
     from stages import params as params_stage
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["stages/params.py"])
     (tmp_path / "params.yaml").write_text(text)
     try:
         params_stage.run_stage(params_stage.main)
