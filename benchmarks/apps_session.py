@@ -7,6 +7,7 @@ footnote 1: "the environment replays all code from the entire interaction histor
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import time
 
@@ -66,6 +67,10 @@ def _indent(code: str) -> str:
 
 
 def main() -> None:
+    """No options: --help describes the benchmark."""
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     episodes = expert_cells(EPISODES)
     cells = sum(len(c) for _, c in episodes)
     kept = sum(persistent(seed, c) for seed, c in episodes)

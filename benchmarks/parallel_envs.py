@@ -10,6 +10,7 @@ path and the ratio.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import queue
@@ -53,9 +54,18 @@ def run(parallel: bool, root: Path) -> tuple[float, float]:
 
 
 def main() -> None:
-    if len(sys.argv) == 3 and sys.argv[1] == "--path":  # one path, in this fresh process
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--path",
+        choices=["sequential", "parallel"],
+        help="run only this path, in this process, and print its times as JSON (how the benchmark runs each)",
+    )
+    path = parser.parse_args().path
+    if path:  # one path, in this fresh process
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run(sys.argv[2] == "parallel", Path(tmp))))
+            print(json.dumps(run(path == "parallel", Path(tmp))))
         return
     times = {}
     for name, path in [("one env at a time", "sequential"), (f"{os.cpu_count()} processes", "parallel")]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
+from flows.command_line import parse
 from flows.dvc_tasks import pull_outputs, repro
 from gymflow.config import load_params
 
@@ -44,4 +45,5 @@ def evol(repo: str = ".", pools: bool = False) -> list[dict[str, str]]:
 
 
 if __name__ == "__main__":
+    parse("flows.evol", __doc__, {})
     evol(repo=str(Path.cwd()))

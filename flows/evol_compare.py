@@ -13,7 +13,6 @@ range over seeds) is printed, written to data/compare/evol.md and posted as a Pr
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
@@ -21,6 +20,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow
 
+from flows.command_line import parse
 from flows.experiments import cell, experiment, finished, publish
 from gymflow.config import EvolParams, load_params
 
@@ -79,4 +79,5 @@ def compare(repo: str = ".", run: bool = True) -> str:
 
 
 if __name__ == "__main__":
-    compare(repo=str(Path.cwd()), run="--table" not in sys.argv)
+    args = parse("flows.evol_compare", __doc__, {"--table": "only the tables of the experiments already run"})
+    compare(repo=str(Path.cwd()), run=not args.table)

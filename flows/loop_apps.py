@@ -12,7 +12,6 @@ Printed, written to data/compare/loop_apps.md and posted as a Prefect artifact.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
@@ -20,6 +19,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow
 
+from flows.command_line import parse
 from flows.experiments import experiment, finished, publish
 
 NAME = "loop-apps"
@@ -91,4 +91,5 @@ def loop_apps(repo: str = ".", run: bool = True) -> str:
 
 
 if __name__ == "__main__":
-    loop_apps(repo=str(Path.cwd()), run="--table" not in sys.argv)
+    args = parse("flows.loop_apps", __doc__, {"--table": "only the tables, from the experiment already run"})
+    loop_apps(repo=str(Path.cwd()), run=not args.table)

@@ -17,12 +17,12 @@ on gymflow-cpu, each on whichever machine's worker takes it (flows/dvc_tasks.py;
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
+from flows.command_line import parse
 from flows.dvc_tasks import pull_outputs, repro
 from flows.evol import evol
 
@@ -66,7 +66,15 @@ def pipeline(
 
 
 if __name__ == "__main__":
-    if "--serve" in sys.argv:
+    args = parse(
+        "flows.pipeline",
+        __doc__,
+        {
+            "--pools": "every stage a flow run on a worker of its pool (flows/deploy.py sets them up)",
+            "--serve": "serve a deployment on a nightly schedule (03:00) instead of running once",
+        },
+    )
+    if args.serve:
         pipeline.serve(name="nightly", cron="0 3 * * *", parameters={"repo": str(Path.cwd())})
     else:
-        pipeline(repo=str(Path.cwd()), pools="--pools" in sys.argv)
+        pipeline(repo=str(Path.cwd()), pools=args.pools)

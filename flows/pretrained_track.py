@@ -20,7 +20,6 @@ seed 0's SFT agent, evaluated on the same held-out tasks.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
@@ -28,6 +27,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow
 
+from flows.command_line import parse
 from flows.experiments import cell, experiment, finished, publish
 from gymflow.config import load_params
 
@@ -175,4 +175,12 @@ def track(repo: str = ".", run: bool = True, loop: bool = False) -> str:
 
 
 if __name__ == "__main__":
-    track(repo=str(Path.cwd()), run="--table" not in sys.argv, loop="--loop" in sys.argv)
+    args = parse(
+        "flows.pretrained_track",
+        __doc__,
+        {
+            "--loop": "also one LOOP run from seed 0's SFT agent (about an hour)",
+            "--table": "only the table of the experiments already run",
+        },
+    )
+    track(repo=str(Path.cwd()), run=not args.table, loop=args.loop)

@@ -14,7 +14,6 @@ Prefect artifact.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
@@ -22,6 +21,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow
 
+from flows.command_line import parse
 from flows.experiments import cell, experiment, finished, publish
 from gymflow.config import load_params
 from gymflow.train.presets import PRESETS
@@ -92,4 +92,5 @@ def compare(repo: str = ".", run: bool = True) -> str:
 
 
 if __name__ == "__main__":
-    compare(repo=str(Path.cwd()), run="--table" not in sys.argv)
+    args = parse("flows.rl_compare", __doc__, {"--table": "only the tables of the experiments already run"})
+    compare(repo=str(Path.cwd()), run=not args.table)

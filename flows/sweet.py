@@ -7,12 +7,12 @@ tagged `gpu` like the pipeline's; held-out success of each agent and the Best-of
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
+from flows.command_line import parse
 from flows.dvc_tasks import repro
 from gymflow.config import load_params
 
@@ -57,4 +57,5 @@ def sweet(repo: str = ".") -> list[dict[str, object]]:
 
 
 if __name__ == "__main__":
-    sweet(repo=str(Path.cwd()) if len(sys.argv) < 2 else sys.argv[1])
+    args = parse("flows.sweet", __doc__, {"REPO": "the checkout to run in (default: this directory)"})
+    sweet(repo=args.repo or str(Path.cwd()))

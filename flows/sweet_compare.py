@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 from pathlib import Path
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
@@ -23,6 +22,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from prefect import flow
 
+from flows.command_line import parse
 from flows.experiments import cell, experiment, finished, publish
 from gymflow.config import load_params
 
@@ -94,4 +94,7 @@ def compare(repo: str = ".", run: bool = True) -> str:
 
 
 if __name__ == "__main__":
-    compare(repo=str(Path.cwd()), run="--table" not in sys.argv)
+    args = parse(
+        "flows.sweet_compare", __doc__, {"--table": "only the tables of the experiments already run"}
+    )
+    compare(repo=str(Path.cwd()), run=not args.table)

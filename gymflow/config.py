@@ -7,10 +7,12 @@ module imports no environment, so checking params is quick (the `params` stage r
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
@@ -31,9 +33,21 @@ from gymflow.errors import UserError
 # from queueing billions of episodes that fill memory before the first one plays.
 MAX_SAMPLES = 1_000
 
+# Ceilings on the other sizes, each far above the largest published setting, so that a slip (a zero too many,
+# 1e9) is a one-line error naming the key instead of an allocation that takes the machine down. Whether the
+# model built from them fits this machine's memory is `check_machine`'s question (the params stage asks it).
+MAX_VOCAB = 1 << 20  # published vocabularies: 32k (Llama 2) to 256k (Gemma)
+MAX_WIDTH = 1 << 16  # hidden_size (16,384 in Llama 3.1 405B), and a LoRA rank, at most the width it adapts
+MAX_INTERMEDIATE = 1 << 18  # 53,248 in Llama 3.1 405B
+MAX_LAYERS = 1 << 10  # 126 in Llama 3.1 405B
+MAX_TOKENS = 1 << 20  # positions, lengths and ids per forward pass: 1M in Qwen2.5-1M, the longest context
+MAX_BATCH = 1 << 16  # episodes or pairs per batch: published SFT, DPO and rollout batches are 8 to 4,096
+MAX_WORKERS = 1 << 10  # Ray workers, each a process holding a policy
+
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan: `.inf` and `.nan` are YAML floats; no rate, weight or temperature means anything at either
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class InstructionsConfig(Section):
@@ -85,14 +99,16 @@ class ModelConfig(Section):
     name_or_path: str | None = None
     seed: int = 0
     vocab_size: int = Field(
-        2048, ge=300, description="BPE vocabulary, special tokens included (>= 256 bytes)"
+        2048, ge=300, le=MAX_VOCAB, description="BPE vocabulary, special tokens included (>= 256 bytes)"
     )
-    hidden_size: int = Field(128, ge=8)
-    intermediate_size: int = Field(512, ge=8)
-    layers: int = Field(2, ge=1)
-    heads: int = Field(4, ge=1)
-    kv_heads: int = Field(4, ge=1)
-    max_length: int = Field(4096, ge=64, description="longest sequence (positions) the model handles")
+    hidden_size: int = Field(128, ge=8, le=MAX_WIDTH)
+    intermediate_size: int = Field(512, ge=8, le=MAX_INTERMEDIATE)
+    layers: int = Field(2, ge=1, le=MAX_LAYERS)
+    heads: int = Field(4, ge=1)  # at most hidden_size, which it divides
+    kv_heads: int = Field(4, ge=1)  # at most heads, which it divides
+    max_length: int = Field(
+        4096, ge=64, le=MAX_TOKENS, description="longest sequence (positions) the model handles"
+    )
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelConfig:
@@ -120,16 +136,16 @@ class SFTParams(Section):
         return value
 
     lr: float = Field(2e-3, gt=0)
-    batch_size: int = Field(8, ge=1, description="episodes per step")
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="episodes per step")
     warmup: float = Field(0.05, ge=0, description="warm-up: a fraction of the steps (< 1) or a step count")
-    max_length: int = Field(2048, ge=64, description="longer episodes are truncated")
+    max_length: int = Field(2048, ge=64, le=MAX_TOKENS, description="longer episodes are truncated")
     bf16: bool | Literal["auto"] = Field(
         "auto",
         description="bf16 autocast; auto: where the hardware computes bf16 natively (without it, CPU autocast "
         "emulates bf16 and trains 12x slower than fp32 on an AVX2-only CPU)",
     )
     lora_rank: int = Field(
-        0, ge=0, description="0: full fine-tuning (the tiny default); > 0: LoRA of that rank"
+        0, ge=0, le=MAX_WIDTH, description="0: full fine-tuning (the tiny default); > 0: LoRA of that rank"
     )
     seed: int = 0
     log_every: int = Field(10, ge=1)
@@ -149,9 +165,11 @@ class RolloutParams(Section):
     """How episodes are played, whoever plays them (evaluation, AgentEvol's exploration, RL): its own section,
     so that a change to evaluation alone does not rerun the stages that train."""
 
-    max_new_tokens: int = Field(96, ge=1, description="per reply; must exceed the longest thought")
-    max_length: int = Field(4096, ge=64)
-    batch_size: int = Field(32, ge=1, description="episodes sharing one generation batch")
+    max_new_tokens: int = Field(
+        96, ge=1, le=MAX_TOKENS, description="per reply; must exceed the longest thought"
+    )
+    max_length: int = Field(4096, ge=64, le=MAX_TOKENS)
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH, description="episodes sharing one generation batch")
     servers: dict[str, str | list[str]] = Field(
         {},
         description="policy -> base URL of an OpenAI-compatible server (vLLM, `gymflow serve-model`) that "
@@ -166,7 +184,9 @@ class RolloutParams(Section):
         "local",
         description="local: this process plays every episode; ray: whole batches spread over Ray workers",
     )
-    workers: int = Field(2, ge=1, description="Ray workers (engine: ray), one CPU (or GPU) each")
+    workers: int = Field(
+        2, ge=1, le=MAX_WORKERS, description="Ray workers (engine: ray), one CPU (or GPU) each"
+    )
     ray_address: str | None = Field(
         None, description="the Ray cluster to join (auto, ray://host:10001); null: start one on this machine"
     )
@@ -327,8 +347,10 @@ class RLParams(Section):
     warmup: int = Field(
         8, ge=0, description="optimizer steps over which the learning rate ramps up linearly from lr / warmup"
     )
-    lora_rank: int = Field(0, ge=0, description="0: full fine-tuning; > 0: LoRA of that rank")
-    max_tokens: PositiveInt = Field(16384, description="tokens per forward pass (a mini-batch is split)")
+    lora_rank: int = Field(0, ge=0, le=MAX_WIDTH, description="0: full fine-tuning; > 0: LoRA of that rank")
+    max_tokens: PositiveInt = Field(
+        16384, le=MAX_TOKENS, description="tokens per forward pass (a mini-batch is split)"
+    )
     seed: int = 0
 
     @model_validator(mode="after")
@@ -374,14 +396,14 @@ class CriticConfig(Section):
     the data (the paper's Table 5 lists 0.01; its released critic command sets none)"""
     epochs: int = Field(4, ge=1)
     """passes over the pairs (advantage) or episodes (value); the paper: 4"""
-    batch: int = Field(8, ge=1)
+    batch: int = Field(8, ge=1, le=MAX_BATCH)
     """pairs (advantage) or episodes (value) per optimizer step; the paper: 8"""
     max_pairs_per_task: int = Field(16, ge=1)
     """at most this many (chosen, rejected) pairs per task, a seeded draw: K samples of a task give up to
     K^2/4 pairs, which would let tasks with many distinct rewards dominate"""
-    max_hidden_tokens: int = Field(512, ge=1)
+    max_hidden_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     """the hidden block is cut to this many ids (colbench's reference: about 100)"""
-    max_tokens: int = Field(16384, ge=1)
+    max_tokens: int = Field(16384, ge=1, le=MAX_TOKENS)
     """padded ids per forward pass: bounds activation memory, not the batch (passes accumulate)"""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """gradients clipped to this norm (None: not clipped)"""
@@ -403,15 +425,15 @@ class DPOParams(Section):
     agent's other fine-tuning runs at 3e-4 (rl) and 4e-4 (evol)"""
     epochs: float = Field(1.0, gt=0)
     """passes over the pairs, a fraction being a seeded draw (the paper: actor 1, multi-turn DPO 4)"""
-    batch_size: int = Field(8, ge=1)
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH)
     """pairs per optimizer step (the paper: 8)"""
     warmup: float = Field(0.05, ge=0)
     """learning-rate warm-up: a fraction of the steps (< 1) or a step count"""
     max_grad_norm: float | None = Field(1.0, gt=0)
     """gradients clipped to this norm (None: not clipped; OpenRLHF clips at 1.0)"""
-    max_tokens: int = Field(16384, ge=1)
+    max_tokens: int = Field(16384, ge=1, le=MAX_TOKENS)
     """padded ids per forward pass: bounds activation memory, not the batch (passes accumulate)"""
-    lora_rank: int = Field(0, ge=0)
+    lora_rank: int = Field(0, ge=0, le=MAX_WIDTH)
     """0: full fine-tuning (the tiny default); > 0: LoRA of that rank (large models)"""
     seed: int = 0
     """seeds the shuffle (and LoRA's initial adapters)"""
@@ -422,7 +444,7 @@ class DPOParams(Section):
 class CandidateParams(Section):
     """How SWEET-RL's per-turn pairs are made (section 4.3)."""
 
-    candidates: int = Field(16, ge=2)
+    candidates: int = Field(16, ge=2, le=MAX_SAMPLES)
     """replies sampled per turn (the paper: 16); more gives the halves more room, at a proportional cost"""
     pairs_per_turn: int = Field(1, ge=1)
     """distinct (chosen, rejected) draws per turn (the paper's text: 1; its released script: 4)"""
@@ -469,7 +491,7 @@ class RFTParams(Section):
 class BestOfNParams(Section):
     """Figure 3a: at each turn N candidates from the agent, the one a critic (or chance) picks is executed."""
 
-    ns: list[PositiveInt] = Field([1, 2, 4, 8, 16], min_length=1)
+    ns: list[Annotated[int, Field(ge=1, le=MAX_SAMPLES)]] = Field([1, 2, 4, 8, 16], min_length=1)
     tasks: PositiveInt = Field(description="held-out tasks played (the first of the eval split)")
     temperature: float = Field(1.0, gt=0)
 
@@ -576,6 +598,151 @@ class Params(Section):
                 "rl.early_stop needs rollout.engine local (Ray workers play whole batches); drop one"
             )
         return self
+
+
+# ---- what params.yaml names must be on this machine, and what it builds must fit here ----
+BUILD_BYTES = 4  # a parameter in fp32, as init_model builds the decoder in RAM
+TRAIN_BYTES = 16  # a fully fine-tuned parameter: fp32 weights, gradients and AdamW's two moments
+# what a parameter count grows with; and the files a tokenizer loads from (fast, SentencePiece, BPE, WordPiece)
+MODEL_SIZES = ("vocab_size", "hidden_size", "intermediate_size", "layers")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+
+
+def check_machine(params: Params) -> None:
+    """The params stage's checks of this machine: `init_model` only records a named model, so a missing one
+    failed at SFT, and a built model too big for memory failed there; both after DVC deleted their outputs."""
+    if params.model.name_or_path:
+        check_model_source(params.model.name_or_path)
+    else:
+        check_model_fits(params.model, full=params.sft is not None and params.sft.lora_rank == 0)
+
+
+def check_model_source(name: str) -> None:
+    """`model.name_or_path` must load without a download: a directory holding config.json and a tokenizer, or
+    a Hub id already in the local Hugging Face cache."""
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith(("/", ".", "~", "data/")) or name.count("/") > 1:
+        check_model_dir(name, path)
+    elif not _in_hub_cache(name):
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        raise UserError(
+            f"model.name_or_path {name!r} is neither a directory nor a model in the local Hugging Face cache "
+            f"({HF_HUB_CACHE}), and nothing is downloaded at run time: fetch it first (hf download {name}) "
+            "or name a model directory"
+        )
+
+
+def check_model_dir(name: str, path: Path) -> None:
+    """A model directory: config.json (what from_pretrained builds) and one tokenizer file."""
+    if not path.is_dir():
+        hint = (
+            " (build it: python -m gymflow.models.pretrained data/models/smollm2)"
+            if "smollm2" in name
+            else ""
+        )
+        raise UserError(f"model.name_or_path {name} is not a directory{hint}")
+    if not (path / "config.json").is_file():
+        raise UserError(
+            f"model.name_or_path {name} holds no config.json: name a Hugging Face model directory"
+        )
+    if not any((path / file).is_file() for file in TOKENIZER_FILES):
+        raise UserError(f"model.name_or_path {name} holds no tokenizer (one of {', '.join(TOKENIZER_FILES)})")
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether the Hub model `repo_id` has its config.json and a tokenizer file in the local cache."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = [
+            isinstance(try_to_load_from_cache(repo_id, f), str) for f in ("config.json", *TOKENIZER_FILES)
+        ]
+    except HFValidationError:  # not a Hub id at all
+        return False
+    return cached[0] and any(cached[1:])
+
+
+def parameters(cfg: ModelConfig) -> int:
+    """The built decoder's parameter count (gymflow.models.build: Qwen2, tied embeddings, q/k/v biases) at the
+    full `vocab_size` its tokenizer is trained to."""
+    kv = cfg.kv_heads * (cfg.hidden_size // cfg.heads)
+    attention = cfg.hidden_size * (2 * cfg.hidden_size + 2 * kv) + cfg.hidden_size + 2 * kv
+    layer = attention + 3 * cfg.hidden_size * cfg.intermediate_size + 2 * cfg.hidden_size
+    return cfg.vocab_size * cfg.hidden_size + cfg.layers * layer + cfg.hidden_size
+
+
+def check_model_fits(cfg: ModelConfig, full: bool) -> None:
+    """Refuse a built model whose parameters alone exceed this machine's memory, naming the size most out of
+    proportion to the default and its largest value that fits with the others as given."""
+    over = memory_shortfall(cfg, full)
+    if over is None:
+        return
+    need, have, why = over
+    defaults = ModelConfig()
+    key = max(MODEL_SIZES, key=lambda k: getattr(cfg, k) / getattr(defaults, k))
+    limit = largest_fitting(cfg, key, full)
+    advice = f"at most {limit:,}" if limit else "fits at no value"
+    raise UserError(
+        f"model.{key} {getattr(cfg, key):,} makes a {parameters(cfg):.3g}-parameter model; {why}, {_gib(need)}, "
+        f"more than this machine's {_gib(have)}: model.{key} {advice} with the other sizes as given"
+    )
+
+
+def largest_fitting(cfg: ModelConfig, key: str, full: bool) -> int | None:
+    """The largest `key` from its minimum up to its value in `cfg` at which the model fits (bisected: the count
+    grows with each size); None where even the minimum does not."""
+
+    def fits(value: int) -> bool:
+        return memory_shortfall(cfg.model_copy(update={key: value}), full) is None
+
+    low = next(m.ge for m in ModelConfig.model_fields[key].metadata if hasattr(m, "ge"))
+    high = getattr(cfg, key)
+    if not fits(low):
+        return None
+    while high - low > 1:  # fits(low) and not fits(high)
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def memory_shortfall(cfg: ModelConfig, full: bool) -> tuple[int, int, str] | None:
+    """(bytes needed, bytes there, what for) of the first memory a model of `cfg` cannot fit; None if it fits
+    (or this system does not say how much memory it has)."""
+    ram = ram_bytes()
+    if ram is None:
+        return None
+    count = parameters(cfg)
+    if count * BUILD_BYTES > ram:
+        return count * BUILD_BYTES, ram, f"building it in RAM takes {BUILD_BYTES} bytes a parameter (fp32)"
+    if full and count * TRAIN_BYTES > ram and count * TRAIN_BYTES > largest_gpu_bytes():
+        why = f"fine-tuning all of it (sft.lora_rank 0) takes {TRAIN_BYTES} bytes a parameter (fp32 weights, "
+        return count * TRAIN_BYTES, max(ram, largest_gpu_bytes()), why + "gradients, AdamW's two moments)"
+    return None
+
+
+def ram_bytes() -> int | None:
+    """This machine's physical memory; None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+@functools.cache
+def largest_gpu_bytes() -> int:
+    """The memory of this machine's largest GPU (0: none). Asked only when RAM is too small: torch takes
+    seconds to import, which the params check otherwise never pays."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    return max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:,.1f} GiB"
 
 
 def describe_error(err: ValidationError) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -15,6 +16,9 @@ from gymflow.progress import quiet_hf_progress
 from gymflow.store.io import write_text
 
 METRICS_DIR = Path("data/metrics")
+ITERATION = {
+    "ITERATION": "the AgentEvol iteration, one of evol.iterations in params.yaml"
+}  # its stages' argument
 T = TypeVar("T")
 T = TypeVar("T")
 
@@ -44,9 +48,15 @@ def iteration_arg(params: Params, stage: str) -> str:
     return sys.argv[1]
 
 
-def run_stage(main: Callable[[], None], resume_note: str = "nothing is kept; run the stage again") -> None:
+def run_stage(
+    main: Callable[[], None],
+    resume_note: str = "nothing is kept; run the stage again",
+    arguments: dict[str, str] | None = None,
+) -> None:
     """Run a stage's `main`: a user's mistake is one line (exit 2); Ctrl-C prints `resume_note`, what the stage
-    keeps and what a rerun does (exit 130, as a shell reports SIGINT)."""
+    keeps and what a rerun does (exit 130, as a shell reports SIGINT). `--help` describes the stage and its
+    `arguments` (name: help; `NAME ...` takes any number) and runs nothing."""
+    stage_parser(main, arguments or {}).parse_args()
     quiet_hf_progress()  # Hugging Face's bars would fill a log file with carriage-return fragments
     try:
         main()
@@ -56,6 +66,23 @@ def run_stage(main: Callable[[], None], resume_note: str = "nothing is kept; run
     except KeyboardInterrupt:
         print(f"interrupted: {resume_note}", file=sys.stderr)
         sys.exit(130)
+
+
+def stage_parser(main: Callable[[], None], arguments: dict[str, str]) -> argparse.ArgumentParser:
+    """The stage's command line, for `--help` and unknown options: its module's docstring and its positional
+    arguments, each optional here, since the stage checks their values against params.yaml itself (its message
+    lists the names there are)."""
+    module = sys.modules[main.__module__]
+    spec = getattr(module, "__spec__", None)
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {spec.name}" if spec else None,
+        description=module.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for name, text in arguments.items():
+        dest, _, many = name.partition(" ")
+        parser.add_argument(dest, nargs="*" if many else "?", help=text)
+    return parser
 
 
 def required(section: T | None, name: str) -> T:

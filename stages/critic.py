@@ -46,4 +46,5 @@ if __name__ == "__main__":
     run_stage(
         main,
         resume_note="finished epochs are kept (beside data/critics/<name>); run the stage again to resume",
+        arguments={"NAME": "the critic, one of sweet.critics in params.yaml"},
     )

@@ -49,4 +49,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, resume_note="finished environments are kept; run the stage again to play the others")
+    run_stage(
+        main,
+        resume_note="finished environments are kept; run the stage again to play the others",
+        arguments={
+            "POLICY": "the policy, a directory under data/models (init, sft, evol1, ...)",
+            "ENV ...": "play only these of evaluate.envs (default: all of them)",
+        },
+    )

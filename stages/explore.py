@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gymflow.config import load_params
 from gymflow.envs.instructions import load_tasks
-from gymflow.stage import iteration_arg, run_stage, write_metrics
+from gymflow.stage import ITERATION, iteration_arg, run_stage, write_metrics
 from gymflow.train.evol import explore
 
 
@@ -33,4 +33,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main, resume_note="finished environments are kept; run the stage again to play the others")
+    run_stage(
+        main,
+        resume_note="finished environments are kept; run the stage again to play the others",
+        arguments=ITERATION,
+    )

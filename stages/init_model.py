@@ -10,8 +10,8 @@ Hugging Face model directory in data/models/init. With a name, data/models/init 
 
 from pathlib import Path
 
-from gymflow.config import load_params
-from gymflow.models.build import build_initial, check_local, write_source
+from gymflow.config import check_model_source, load_params
+from gymflow.models.build import build_initial, write_source
 from gymflow.stage import run_stage, write_metrics
 from gymflow.store.db import connect
 from gymflow.store.io import atomic_dir
@@ -31,7 +31,7 @@ def main() -> None:
     cfg = load_params().model
     with atomic_dir(OUT) as tmp:
         if cfg.name_or_path:
-            check_local(cfg.name_or_path)
+            check_model_source(cfg.name_or_path)  # the params stage checked it; a direct run checks here
             write_source(tmp, cfg.name_or_path)
             metrics = {"source": cfg.name_or_path}
         else:

@@ -12,7 +12,7 @@ from pathlib import Path
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.models.build import load_tokenizer, resolve
-from gymflow.stage import iteration_arg, main_process, run_stage, write_metrics
+from gymflow.stage import ITERATION, iteration_arg, main_process, run_stage, write_metrics
 from gymflow.train.evol import kept_episodes, learning_set, sft_rows, write_kept
 from gymflow.train.sft import train_sft
 
@@ -52,4 +52,5 @@ if __name__ == "__main__":
     run_stage(
         main,
         resume_note="the last checkpoint (data/models/<iteration>.checkpoints) is kept; run the stage again to resume from it",
+        arguments=ITERATION,
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gymflow.config import load_params
+from gymflow.config import check_machine, load_params
 from gymflow.env_names import ENV_NAMES, TASK_LIMITS
 from gymflow.errors import UserError
 from gymflow.train.presets import switches
@@ -127,6 +127,31 @@ def test_valid_params_load(tmp_path):
             "instructions.eval.sciworld is 900, more than the 887 eval tasks sciworld can make",
         ),
         (GOOD + "rl: {tasks: {maze: 2}, samples: 1000000}\n", "rl.samples: .* less than or equal to 1000"),
+        # model and batch sizes past any machine (issue 37): each names its key and ceiling
+        (GOOD + "model: {hidden_size: 1000000000}\n", "model.hidden_size: .* less than or equal to 65536"),
+        (GOOD + "model: {layers: 100000}\n", "model.layers: .* less than or equal to 1024, got 100000"),
+        (GOOD + "model: {max_length: 1000000000000}\n", "model.max_length: .* less than or equal to 1048576"),
+        (GOOD + "model: {vocab_size: 1000000000}\n", "model.vocab_size: .* less than or equal to 1048576"),
+        (GOOD + "sft: {envs: {maze: 1}, batch_size: 100000000}\n", "sft.batch_size: .* or equal to 65536"),
+        (GOOD + "rollout: {max_new_tokens: 10000000}\n", "rollout.max_new_tokens: .* or equal to 1048576"),
+        (GOOD + "rollout: {engine: ray, workers: 100000}\n", "rollout.workers: .* or equal to 1024"),
+        (GOOD + "rl: {tasks: {maze: 2}, max_tokens: 1e12}\n", "rl.max_tokens: .* valid integer"),
+        (GOOD + SWEET.replace("tasks: 3}", "tasks: 3, ns: [1, 100000]}"), "sweet.best_of_n.ns.1: .* 1000"),
+        # non-finite numbers: YAML reads .inf and .nan as floats, and `gt=0` lets inf through
+        (
+            GOOD + "sft: {envs: {maze: 1}, lr: .inf}\n",
+            "sft.lr: Input should be a finite number, got Infinity",
+        ),
+        (GOOD + "sft: {envs: {maze: 1}, warmup: .nan}\n", "sft.warmup: .* finite number, got NaN"),
+        (GOOD + "evaluate: {envs: [maze], temperature: -.inf}\n", "evaluate.temperature: .* finite number"),
+        (
+            GOOD + "evol: {tasks: {maze: 5}, iterations: {a: {explorer: sft, threshold: .nan}}}\n",
+            "evol.iterations.a: threshold: Input should be a finite number, got NaN",
+        ),
+        (
+            GOOD + SWEET.replace("value: {kind: value}", "value: {beta: .inf}"),
+            "sweet.critics.value: beta: .*finite",
+        ),
         (GOOD + "evaluate: {envs: [maze], k: 1e9}\n", "evaluate.k: .* valid integer, got 1000000000.0"),
         # rollout settings have their own section: an older params.yaml is told where each key went
         (
@@ -291,6 +316,7 @@ def test_solve_refuses_more_tasks_than_an_environment_makes(tmp_path, args, mess
         ("{tasks: {maze: 2}, switches: {epochs: true}}", "rl.switches: epochs: .*, got true"),
         ("{tasks: {maze: 2}, algorithm: lop}", "rl.algorithm 'lop' is not a preset; one of loop, "),
         ("{tasks: {maze: 2}, algorithm: ppo, switches: {level: traj}}", "gae gives one advantage per token"),
+        ("{tasks: {maze: 2}, switches: {kl_coef: .nan}}", "rl.switches: kl_coef: .* finite number, got NaN"),
     ],
 )
 def test_bad_rl_switches_are_one_line_errors_of_the_params_stage(tmp_path, monkeypatch, capsys, rl, message):
@@ -300,6 +326,7 @@ def test_bad_rl_switches_are_one_line_errors_of_the_params_stage(tmp_path, monke
     with pytest.raises(UserError, match=message):
         switches(load_params(write(tmp_path, GOOD + f"rl: {rl}\n")).rl)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["stages/params.py"])
     (tmp_path / "params.yaml").write_text(GOOD + f"rl: {rl}\n")
     with pytest.raises(SystemExit) as stop:
         params_stage.run_stage(params_stage.main)
@@ -333,3 +360,136 @@ def test_a_policy_with_several_servers_gives_each_worker_its_own(tmp_path):
     assert [rollout.server_for("sft", w) for w in range(3)] == ["http://a/v1", "http://b/v1", "http://a/v1"]
     assert rollout.server_for("init", 1) == "http://c/v1"
     assert rollout.server_for("evol1") is None
+
+
+def stage_error(tmp_path, monkeypatch, capsys, text: str) -> str:
+    """Run the params stage on `text` in `tmp_path`: its one-line error (exit 2, nothing written), or ''."""
+    from stages import params as params_stage
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["stages/params.py"])
+    (tmp_path / "params.yaml").write_text(text)
+    try:
+        params_stage.run_stage(params_stage.main)
+    except SystemExit as stop:
+        assert stop.code == 2 and not (tmp_path / "data/params.ok").exists()
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("error: ")
+        return line.removeprefix("error: ")
+    assert (tmp_path / "data/params.ok").exists()
+    return ""
+
+
+def model_dir(path: Path, *files: str) -> Path:
+    path.mkdir(parents=True)
+    for name in files:
+        (path / name).write_text("{}")
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("/nonexistent", "model.name_or_path /nonexistent is not a directory$"),
+        ("/etc", "model.name_or_path /etc holds no config.json: name a Hugging Face model directory"),
+        ("/etc/hostname", "model.name_or_path /etc/hostname is not a directory"),
+        ("data/models/smollm2", "is not a directory \\(build it: python -m gymflow.models.pretrained"),
+        ("{tmp}/no_tokenizer", "no_tokenizer holds no tokenizer \\(one of tokenizer.json, tokenizer.model"),
+        ("{tmp}/model", ""),  # config.json and tokenizer.json
+        ("{tmp}/sentencepiece", ""),
+        ("nobody/not-cached", "'nobody/not-cached' is neither a directory nor a model in the local Hugging"),
+        ("not a hub id!", "'not a hub id!' is neither a directory nor .* nothing is downloaded at run time"),
+        ("org/cached", ""),
+        ("org/config-only", "'org/config-only' is neither a directory nor a model in the local"),
+    ],
+)
+def test_the_params_stage_refuses_a_model_that_is_not_here(tmp_path, monkeypatch, capsys, name, message):
+    """`init_model` only records `model.name_or_path`: a missing model (/nonexistent) failed there after DVC
+    deleted data/models/init, and a directory holding none (/etc) at SFT. A Hub id is read from the local cache
+    only: nothing is downloaded at run time."""
+    import huggingface_hub.constants
+
+    model_dir(tmp_path / "model", "config.json", "tokenizer.json")
+    model_dir(tmp_path / "sentencepiece", "config.json", "tokenizer.model")
+    model_dir(tmp_path / "no_tokenizer", "config.json", "tokenizer_config.json")
+    cache = tmp_path / "hub"
+    for repo, files in [("cached", ["config.json", "vocab.json"]), ("config-only", ["config.json"])]:
+        model_dir(cache / f"models--org--{repo}/snapshots/abc", *files)
+        (cache / f"models--org--{repo}/refs").mkdir()
+        (cache / f"models--org--{repo}/refs/main").write_text("abc")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    text = GOOD + f"model: {{name_or_path: {json.dumps(name.format(tmp=tmp_path))}}}\n"
+    found = stage_error(tmp_path, monkeypatch, capsys, text)
+    assert re.search(message, found) if message else found == ""
+
+
+def test_the_built_decoders_parameter_count_is_the_models():
+    """`parameters` is what bounds a built model by memory: it counts what build_model builds."""
+    from transformers import PreTrainedTokenizerFast
+
+    from gymflow.config import ModelConfig, parameters
+    from gymflow.models.build import build_model
+
+    for cfg in [ModelConfig(), ModelConfig(vocab_size=500, hidden_size=64, heads=8, kv_heads=2, layers=3)]:
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=_word_level(cfg.vocab_size))
+        model = build_model(cfg, tokenizer)
+        assert parameters(cfg) == sum(p.numel() for p in model.parameters())
+
+
+def _word_level(size: int):
+    """A tokenizer of exactly `size` ids, so the model's vocabulary is `vocab_size`."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    return Tokenizer(WordLevel({f"w{i}": i for i in range(size)}, unk_token="w0"))
+
+
+BIG = "{hidden_size: 1024, intermediate_size: 2048, heads: 8, kv_heads: 8, layers: 32}"  # 3.4e8 parameters
+
+
+@pytest.mark.parametrize(
+    "model, sft, message",
+    [
+        (
+            "{hidden_size: 4096, intermediate_size: 11008, heads: 32, kv_heads: 32, layers: 8}",
+            "",
+            "^model.hidden_size 4,096 makes a 1.63e\\+09-parameter model; building it in RAM takes 4 bytes a "
+            "parameter \\(fp32\\), 6.1 GiB, more than this machine's 4.0 GiB: model.hidden_size at most 2,974 "
+            "with the other sizes as given$",
+        ),
+        (
+            BIG,
+            "sft: {envs: {maze: 1}}\n",
+            "^model.layers 32 makes a 3.38e\\+08-parameter model; fine-tuning all of it \\(sft.lora_rank 0\\) "
+            "takes 16 bytes .* 5.0 GiB, more than this machine's 4.0 GiB: model.layers at most 25 with the",
+        ),
+        (BIG, "sft: {envs: {maze: 1}, lora_rank: 8}\n", ""),  # with LoRA, the weights only need building
+        (BIG, "", ""),
+        (
+            "{vocab_size: 1048576, hidden_size: 65536, heads: 64, kv_heads: 8}",
+            "",
+            "model.vocab_size fits at no value with the other sizes as given$",
+        ),
+    ],
+)
+def test_the_params_stage_refuses_a_built_model_bigger_than_memory(
+    tmp_path, monkeypatch, capsys, model, sft, message
+):
+    """Bounds by this machine (here made a 4 GiB one without a GPU): the size most out of proportion to the
+    default is named, with its largest value that fits."""
+    from gymflow import config
+
+    monkeypatch.setattr(config, "ram_bytes", lambda: 4 << 30)
+    monkeypatch.setattr(config, "largest_gpu_bytes", lambda: 0)
+    found = stage_error(tmp_path, monkeypatch, capsys, GOOD + f"model: {model}\n" + sft)
+    assert re.search(message, found) if message else found == ""
+    if limit := re.search(r"model.(\w+) at most ([\d,]+)", found):
+        key, value = limit[1], int(limit[2].replace(",", ""))
+        cfg, full = load_params(tmp_path / "params.yaml").model, bool(sft)
+        assert config.memory_shortfall(cfg.model_copy(update={key: value}), full) is None
+        assert config.memory_shortfall(cfg.model_copy(update={key: value + 1}), full) is not None
+
+
+def test_the_default_params_fit_this_machine():
+    """The params stage's machine check passes the repository's params.yaml (a 0.8M-parameter model)."""
+    check_machine(load_params(ROOT / "params.yaml"))

@@ -350,6 +350,10 @@ def snapshot(repo: Path) -> dict[Path, tuple[int, int]]:
         ),
         (["repro", "rl"], "instructions.train.maze", 10**9, "more than the 100,000 tasks maze can make"),
         (["repro", "rl"], "evaluate.batch_size", 64, "evaluate.batch_size moved to rollout.batch_size"),
+        # issue 37: a model that is not here used to cost data/models/init (/nonexistent) or fail at SFT (/etc)
+        (["repro", "init_model"], "model.name_or_path", "/nonexistent", "/nonexistent is not a directory"),
+        (["repro", "sft"], "model.name_or_path", "/etc", "model.name_or_path /etc holds no config.json"),
+        (["repro", "sft"], "sft.lr", float("inf"), "sft.lr: Input should be a finite number, got Infinity"),
         (
             ["exp", "run", "-S", "instructions.train.maze=-5"],
             None,

@@ -187,9 +187,10 @@ def test_evaluation_through_serve_model_stores_the_in_process_greedy_ids(sft, ur
     assert all(0 < len(r) <= 12 for r in replies)
 
 
-def test_init_model_names_the_conversion_when_the_directory_is_missing(tmp_path, converted):
-    from gymflow.models.build import check_local
+def test_the_converted_directory_passes_the_params_check(converted):
+    """The params stage accepts what the conversion writes, and names the conversion when it is missing."""
+    from gymflow.config import check_model_source
 
-    check_local(str(converted))  # an existing directory is fine
+    check_model_source(str(converted))  # config.json and a tokenizer file
     with pytest.raises(UserError, match="python -m gymflow.models.pretrained data/models/smollm2"):
-        check_local("data/models/smollm2-missing")
+        check_model_source("data/models/smollm2-missing")

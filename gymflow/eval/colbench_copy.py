@@ -8,6 +8,7 @@ can only be guessed.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -73,14 +74,19 @@ def copy_rates(
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        raise UserError("usage: python -m gymflow.eval.colbench_copy ROLLOUT_DIR")
-    rates = copy_rates(sys.argv[1])
+    parser = argparse.ArgumentParser(
+        prog="python -m gymflow.eval.colbench_copy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("rollout_dir", metavar="ROLLOUT_DIR", help="a rollout folder with colbench episodes")
+    folder = parser.parse_args().rollout_dir
+    rates = copy_rates(folder)
     table = Table(
         "rule value",
         "values in submissions",
         "in the code",
-        title=f"{sys.argv[1]}: {rates['submitted']} of {rates['episodes']} episodes submitted",
+        title=f"{folder}: {rates['submitted']} of {rates['episodes']} episodes submitted",
     )
     for source in SOURCES:
         r = rates[source]

@@ -58,18 +58,6 @@ def write_source(out_dir: Path, name_or_path: str) -> None:
     (out_dir / SOURCE_FILE).write_text(json.dumps({"name_or_path": name_or_path}) + "\n")
 
 
-def check_local(name_or_path: str) -> None:
-    """A name that is a path (absolute, ./ or data/...) must exist: a missing converted model would otherwise
-    be looked up on the Hub and fail there with a long, unrelated error."""
-    if name_or_path.startswith(("/", "./", "../", "data/")) and not Path(name_or_path).is_dir():
-        hint = (
-            " (build it: python -m gymflow.models.pretrained data/models/smollm2)"
-            if "smollm2" in name_or_path
-            else ""
-        )
-        raise UserError(f"model.name_or_path {name_or_path} is not a directory{hint}")
-
-
 def resolve(model_dir: str | Path) -> str:
     """The path or Hub id to load for a model directory a stage wrote (follows `write_source`)."""
     model_dir = Path(model_dir)

@@ -811,5 +811,24 @@ def main(in_fd: int, out_fd: int, mode: str = "requests") -> None:
     os._exit(0)  # no atexit handlers or finalizers of candidate objects run after the answers
 
 
+def parse_args() -> tuple[int, int, str]:
+    """IN OUT [MODE] as the parent passes them; `--help` says what they are (imported here: the parent, which
+    imports `encode` from this file, has no use for argparse)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m gymflow.sandbox.child",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("in_fd", metavar="IN", type=int, help="the pipe's descriptor the parent writes to")
+    parser.add_argument("out_fd", metavar="OUT", type=int, help="the pipe's descriptor the answers go to")
+    parser.add_argument(
+        "mode", nargs="?", choices=["requests", "session"], default="requests", help="%(choices)s"
+    )
+    args = parser.parse_args()
+    return args.in_fd, args.out_fd, args.mode
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4])
+    main(*parse_args())
