@@ -224,6 +224,11 @@ class EvalParams(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     seed: int = 0
+    limit: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        description="policy -> at most this many held-out tasks per environment (a prefix of the eval split, "
+        "whose order interleaves the difficulties); absent: all",
+    )
 
     @model_validator(mode="before")
     @classmethod

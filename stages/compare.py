@@ -60,7 +60,7 @@ def main() -> None:
                     )
                 )
     seconds = {
-        stage: json.loads(path.read_text()).get("wall_s")
+        stage: json.loads(path.read_text()).get("wall_seconds")
         for stage, path in (
             ("sft", Path("data/metrics/sft.json")),
             (f"learn@{last}", Path(f"data/metrics/learn/{last}.json")),

@@ -40,7 +40,7 @@ def main() -> None:
     model_dir = Path("data/models") / policy
     if not model_dir.is_dir():
         raise UserError(f"{model_dir} does not exist: run `dvc repro` for the stage that builds it")
-    tasks = {env: load_tasks("data", env, "eval") for env in cfg.envs}
+    tasks = {env: load_tasks("data", env, "eval")[: cfg.limit.get(policy)] for env in cfg.envs}
     metrics = evaluate_policy(policy, model_dir, tasks, cfg, params.rollout, ROLLOUTS)
     write_metrics(f"evaluate/{policy}", metrics)
     table = Table("policy", *cfg.envs, title="AgentEval: greedy success on the held-out split")

@@ -17,9 +17,18 @@ ROOT = Path(__file__).resolve().parents[1]
 MAIN = re.compile(r'^if __name__ == "__main__":', re.MULTILINE)
 
 
+def walk(root: Path) -> list[Path]:
+    """Every file under `root` but those in hidden folders (.git, the .venv the install made) and caches."""
+    found = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d != "__pycache__"]
+        found += [Path(folder) / name for name in names]
+    return found
+
+
 def main_modules() -> list[Path]:
     """The repository's Python files with a `__main__` block (tests and hidden folders aside)."""
-    paths = (p for p in ROOT.rglob("*.py") if not {"tests", ".git"} & set(p.relative_to(ROOT).parts))
+    paths = (p for p in walk(ROOT) if p.suffix == ".py" and "tests" not in p.relative_to(ROOT).parts)
     return sorted(p for p in paths if not p.name.startswith(".") and MAIN.search(p.read_text()))
 
 
@@ -51,8 +60,8 @@ def closed_port() -> int:
 
 
 def files(root: Path) -> dict[Path, int]:
-    """Every file under `root` (git's own aside) with its modification time."""
-    return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file() and ".git" not in p.parts}
+    """Every file under `root` (hidden folders aside, as `walk`) with its modification time."""
+    return {p: p.stat().st_mtime_ns for p in walk(root)}
 
 
 # The long options a module reads: declared to argparse (unless hidden with SUPPRESS), given to

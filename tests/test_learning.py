@@ -156,3 +156,13 @@ def test_the_shortest_filter_keeps_one_episode_per_task(explored, fmt):  # noqa:
         (t, r["sample"]) for t, r in by_task.items()
     )
     assert len(shortest) == 2 < len(all_kept)
+
+
+def test_env_names_declares_the_views_and_demonstrators_the_classes_have():
+    from gymflow import env_names
+    from gymflow.envs import ENVS
+    from gymflow.envs import maze
+
+    for name, cls in ENVS.items():
+        assert env_names.DEMONSTRATORS.get(name, ("expert",)) == cls.demonstrators
+    assert env_names.VIEWS == {"maze": maze.VIEWS}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterator
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -97,6 +98,7 @@ class MazeHidden(Hidden):
     open: list[list[str]]
     start: list[int] = Field(min_length=2, max_length=2)
     goal: list[int] = Field(min_length=2, max_length=2)
+    view: Literal["coords", "verbal"] = "coords"
 
     @model_validator(mode="after")
     def _inside(self) -> MazeHidden:

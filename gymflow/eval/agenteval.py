@@ -37,7 +37,7 @@ def evaluate_policy(
     info = RunInfo(run="main", stage="evaluate", iteration=0, policy=name, policy_hash=policy.weights_hash)
     # what else runs does not change this one; the keys of the single section this was before `rollout:` had
     # its own, so rollouts stored by then stay current
-    how = [cfg.model_dump(exclude={"envs"}) | rollout_cfg.model_dump(exclude=PLACEMENT), server]
+    how = [cfg.model_dump(exclude={"envs", "limit"}) | rollout_cfg.model_dump(exclude=PLACEMENT), server]
     where = Placement.of(rollout_cfg, name)
     lengths = rollout_cfg.max_new_tokens, rollout_cfg.max_length, rollout_cfg.batch_size
     greedy = SamplingConfig(0.0, 1.0, *lengths)
