@@ -160,8 +160,7 @@ def test_the_shortest_filter_keeps_one_episode_per_task(explored, fmt):  # noqa:
 
 def test_env_names_declares_the_views_and_demonstrators_the_classes_have():
     from gymflow import env_names
-    from gymflow.envs import ENVS
-    from gymflow.envs import maze
+    from gymflow.envs import ENVS, maze
 
     for name, cls in ENVS.items():
         assert env_names.DEMONSTRATORS.get(name, ("expert",)) == cls.demonstrators
