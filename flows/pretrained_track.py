@@ -104,6 +104,8 @@ def _hydra(value: object) -> str:
     """A value as a Hydra override writes it: null, lists and dicts in flow style."""
     if value is None:
         return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
     if isinstance(value, list):
         return "[" + ",".join(_hydra(v) for v in value) + "]"
     if isinstance(value, dict):

@@ -4,7 +4,7 @@
 AgentEvol's last iteration against its steps-matched control (`control`: the same steps on the SFT data
 alone) and against the SFT agent, the control against SFT, and RL against SFT, per environment of
 `evaluate.envs`: per-task differences of greedy success, their mean and standard error
-(`gymflow.eval.compare`). Writes data/compare/learning.md (the table), data/metrics/compare.json and prints
+(`gymflow.eval.compare`). Writes data/compare/default.md (the table), data/metrics/compare.json and prints
 the verdicts, with the CPU this ran on.
 """
 
@@ -64,12 +64,12 @@ def main() -> None:
         for stage, path in (
             ("sft", Path("data/metrics/sft.json")),
             (f"learn@{last}", Path(f"data/metrics/learn/{last}.json")),
-            ("control", Path("data/metrics/learn/control.json")),
+            ("control", Path("data/metrics/control.json")),
         )
         if path.exists()
     }
     note = f"Run on {cpu()}; training seconds: " + ", ".join(f"{k} {v}" for k, v in seconds.items())
-    write_text("data/compare/learning.md", "\n".join([*table, "", *lines, "", note, ""]))
+    write_text("data/compare/default.md", "\n".join([*table, "", *lines, "", note, ""]))
     write_metrics("compare", metrics | {"cpu": cpu()})
     print("\n".join([*lines, note]))
 

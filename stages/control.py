@@ -3,7 +3,7 @@ trains as many rows (so the same optimizer steps, at the same learning rate) on 
 extra training does without exploration's episodes. `compare` pairs the two on held-out tasks.
 
     dvc repro control             # or: python -m stages.control
-Writes data/models/control, data/plots/learn/control.csv and data/metrics/learn/control.json.
+Writes data/models/control, data/plots/control.csv and data/metrics/control.json.
 """
 
 import json
@@ -39,11 +39,11 @@ def main() -> None:
         Path("data/models/control"),
         data,
         cfg,
-        Path("data/plots/learn/control.csv"),
+        Path("data/plots/control.csv"),
     )
     metrics |= {"start": start, "matches": last}
     if main_process():
-        write_metrics("learn/control", metrics)
+        write_metrics("control", metrics)
         print(f"control: trained from {start} on {metrics['episodes']} SFT rows, as many as {last}")
 
 
