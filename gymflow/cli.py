@@ -19,6 +19,7 @@ import importlib.abc
 import json
 import os
 import sys
+import textwrap
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -78,25 +79,44 @@ def get_tasks(data: Path, env: str, split: str, n: int) -> list[Task]:
 
 
 def cmd_envs(args: argparse.Namespace) -> None:
+    """One row per environment; the experts' descriptions in the table where it fits, else listed below it."""
     from gymflow.envs import ENVS
     from gymflow.envs.instructions import load_tasks, tasks_file
 
-    table = Table("env", "train", "eval", "reward", "success", "turns", "expert")
+    columns = ("env", "train", "eval", "reward", "success", "turns")
+    rows, experts = [], {}
     for name, cls in sorted(ENVS.items()):
         spec, counts = cls.spec, Counter()
         if tasks_file(args.data, name).exists():
             counts = Counter(t.split for t in load_tasks(args.data, name))
         lo, hi = spec.reward_range
-        table.add_row(
-            name,
-            str(counts.get("train", "-")),
-            str(counts.get("eval", "-")),
-            f"[{lo:g}, {hi:g}]",
-            f">= {spec.success_threshold:g}",
-            str(spec.max_turns),
-            spec.expert,
+        rows.append(
+            [
+                name,
+                str(counts.get("train", "-")),
+                str(counts.get("eval", "-")),
+                f"[{lo:g}, {hi:g}]",
+                f">= {spec.success_threshold:g}",
+                str(spec.max_turns),
+            ]
         )
-    console.print(table)
+        experts[name] = spec.expert
+    wide = Table(*columns, "expert")
+    for row in rows:
+        wide.add_row(*row, experts[row[0]])
+    if console.measure(wide, options=console.options.update_width(10_000)).maximum <= console.width:
+        console.print(wide)
+        return
+    # A pipe or a narrow terminal: in the table each description wrapped to a word a line (48 lines at 80).
+    narrow = Table(*columns)
+    for row in rows:
+        narrow.add_row(*row)
+    console.print(narrow)
+    print("expert (what `gymflow solve` runs):")
+    width = max(map(len, experts))
+    for name, text in experts.items():
+        lead, rest = f"  {name:<{width}}  ", " " * (width + 4)
+        print(textwrap.fill(text, console.width, initial_indent=lead, subsequent_indent=rest))
 
 
 def cmd_solve(args: argparse.Namespace) -> None:
@@ -181,14 +201,24 @@ def _read_action(prompt: str, lines: bool) -> str:
     return "\n".join(action).strip()
 
 
+# The stages that write each table: what an empty result from it is missing.
+FILLED_BY = {
+    "tasks": "`dvc repro instructions` writes it",
+    "episodes": "`dvc repro trajectories` writes the experts' episodes, `dvc repro evaluate@sft` a policy's",
+    "turns": "`dvc repro trajectories` writes the experts' turns, `dvc repro evaluate@sft` a policy's",
+    "critic_scores": "SWEET-RL's critics write it (`dvc repro sweet/dvc.yaml`)",
+}
+
+
 def cmd_sql(args: argparse.Namespace) -> None:
     """Read-only SQL over the tables; values printed as DuckDB writes them, never read as markup."""
     if args.limit < 0:
         raise UserError("--limit must be 0 (every row) or more")
     with _without_pandas():
-        from gymflow.store.db import box, damaged_file, read_only, run_query
+        from gymflow.store.db import box, damaged_file, empty_tables, read_only, run_query
+    db = read_only(args.data)
     try:
-        result = run_query(read_only(args.data), args.query, args.limit)
+        result = run_query(db, args.query, args.limit)
     except (duckdb.Error, OSError) as e:  # OSError: a run-time error met while streaming the rows
         if damage := damaged_file(e, args.data):
             raise damage from None
@@ -201,9 +231,15 @@ def cmd_sql(args: argparse.Namespace) -> None:
         return
     columns, rows, total = result
     try:
+        empty = empty_tables(db, args.query) if total == 0 else []
+    except (duckdb.Error, OSError):  # only a hint: a query that reads a damaged table says so itself
+        empty = []
+    try:
         print(box(columns, rows))
         if total > len(rows):
             print(f"{total - len(rows)} more rows not shown ({total} in all); --limit 0 shows every row")
+        for table in empty:
+            print(f"table {table} is empty in {args.data}: {FILLED_BY[table]}")
         sys.stdout.flush()
     except BrokenPipeError:  # `gymflow sql ... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -287,6 +323,9 @@ def cmd_rl_noise(args: argparse.Namespace) -> None:
     )
 
 
+ENV_HELP = f"the environment: {', '.join(sorted(ENV_NAMES))}"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gymflow", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -295,13 +334,24 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list environments").set_defaults(func=cmd_envs)
     play = sub.add_parser("play", help="play an episode in the terminal")
-    play.add_argument("env")
-    play.add_argument("--task-id")
+    play.add_argument("env", help=ENV_HELP)
+    play.add_argument(
+        "--task-id",
+        help='a task of the instruction set (ids: gymflow sql "select task_id from tasks"); default: the first '
+        "eval task",
+    )
     play.set_defaults(func=cmd_play)
     solve = sub.add_parser("solve", help="run the expert solver on N tasks")
-    solve.add_argument("env")
-    solve.add_argument("--n", type=int, default=50)
-    solve.add_argument("--split", choices=["train", "eval"], default="train")
+    solve.add_argument("env", help=ENV_HELP)
+    solve.add_argument(
+        "--n",
+        type=int,
+        default=50,
+        help="tasks to solve: the split's first in --data's instruction set, else drawn with seed 0 (default 50)",
+    )
+    solve.add_argument(
+        "--split", choices=["train", "eval"], default="train", help="the split they come from (default train)"
+    )
     solve.add_argument("--json", action="store_true", help="print one JSON object")
     solve.set_defaults(func=cmd_solve)
     sql = sub.add_parser("sql", help="query the rollout tables (tasks, episodes, turns) with DuckDB SQL")
@@ -312,14 +362,16 @@ def parser() -> argparse.ArgumentParser:
     view.add_argument(  # also after `view`; SUPPRESS keeps the top-level --data when it is not given here
         "--data", type=Path, default=argparse.SUPPRESS, help="the data folder (default: data)"
     )
-    view.add_argument("--port", type=int, default=8300)
+    view.add_argument(
+        "--port", type=int, default=8300, help="the page's port: http://HOST:PORT (default 8300)"
+    )
     view.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
     view.set_defaults(func=cmd_view)
     serve = sub.add_parser(
         "serve-model", help="serve a saved model over an OpenAI-compatible completions API"
     )
     serve.add_argument("path", help="a model folder a stage wrote, e.g. data/models/sft")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=int, default=8000, help="(default 8000)")
     serve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
     limit = serve.add_argument_group("limits (a request over one is answered 4xx before the model runs)")
     limit.add_argument("--max-n", type=int, help="completions per prompt (default 64)")
@@ -338,7 +390,7 @@ def parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve_model)
     vserve = sub.add_parser("serve-vllm", help="serve a saved model with vLLM (./install.sh --vllm first)")
     vserve.add_argument("path", help="a model folder a stage wrote, e.g. data/models/sft")
-    vserve.add_argument("--port", type=int, default=8000)
+    vserve.add_argument("--port", type=int, default=8000, help="(default 8000)")
     vserve.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
     vserve.add_argument("--max-model-len", type=int, help="context (default: the model's)")
     vserve.add_argument(
@@ -352,14 +404,22 @@ def parser() -> argparse.ArgumentParser:
     env_server = sub.add_parser(
         "serve-env", help="serve an environment over HTTP (AgentGym's protocol; rollout.env_servers)"
     )
-    env_server.add_argument("env")
-    env_server.add_argument("--port", type=int, default=8100)
+    env_server.add_argument("env", help=ENV_HELP)
+    env_server.add_argument(
+        "--port", type=int, default=8100, help="clients' rollout.env_servers: http://HOST:PORT (default 8100)"
+    )
     env_server.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
     env_server.add_argument(
-        "--split", choices=["train", "eval"], default="eval", help="the tasks AgentGym's data_idx indexes"
+        "--split",
+        choices=["train", "eval"],
+        default="eval",
+        help="the tasks AgentGym's data_idx indexes (default eval)",
     )
     env_server.add_argument(
-        "--n", type=int, default=100, help="tasks drawn (seed 0) when --data has no instruction set"
+        "--n",
+        type=int,
+        default=100,
+        help="tasks drawn (seed 0) when --data has no instruction set (default 100)",
     )
     env_server.add_argument(
         "--max-sessions", type=int, default=64, help="live environments; more get 503 (default 64)"
@@ -382,11 +442,22 @@ def parser() -> argparse.ArgumentParser:
     noise = sub.add_parser(
         "rl-noise", help="measure how much of an RL step is signal (the gradient noise scale)"
     )
-    noise.add_argument("agent", type=Path, nargs="?", default=Path("data/models/sft"))
+    noise.add_argument(
+        "agent",
+        type=Path,
+        nargs="?",
+        default=Path("data/models/sft"),
+        help="a model folder (default data/models/sft)",
+    )
     noise.add_argument(
         "--batches", type=int, default=8, help="independent batches (one iteration's draw each)"
     )
-    noise.add_argument("--seed", type=int, default=0)
+    noise.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the tasks' draw and the control's reward permutation (default 0)",
+    )
     noise.set_defaults(func=cmd_rl_noise)
     return p
 

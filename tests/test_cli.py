@@ -1,11 +1,15 @@
 """The `gymflow` command, run as a user runs it."""
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 
 import pytest
+from rich.cells import cell_len
 
+from gymflow.cli import FILLED_BY, main, parser
 from gymflow.envs import ENVS
 from gymflow.envs.instructions import build_splits, save_tasks
 from gymflow.rollout.agenttraj import write_episodes
@@ -13,9 +17,10 @@ from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
 
 
-def gymflow(*args, data=None, stdin=""):
+def gymflow(*args, data=None, stdin="", env=None):
     cmd = [sys.executable, "-m", "gymflow", *(["--data", str(data)] if data else []), *args]
-    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +53,58 @@ def test_envs_lists_every_environment_with_split_sizes(data):
         assert name in out.stdout
     maze_row = next(line for line in out.stdout.splitlines() if "│ maze" in line)
     assert "│ 6 " in maze_row and "│ 3 " in maze_row and "15" in maze_row
+
+
+def test_envs_fits_an_80_column_pipe_with_every_expert_described(data):
+    out = gymflow("envs", data=data, env={"COLUMNS": ""})  # a pipe: rich's 80 columns
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and max(map(cell_len, lines)) <= 80
+    assert len(lines) <= 2 * len(ENVS) + 12  # a table row and at most one wrapped line per description
+    words = " ".join(out.stdout.split())
+    for name, cls in ENVS.items():
+        assert f"{name} {cls.spec.expert}" in words  # whole, not cut with an ellipsis
+
+
+def test_envs_keeps_the_expert_column_where_it_fits(data):
+    out = gymflow("envs", data=data, env={"COLUMNS": "200"})
+    maze_row = next(line for line in out.stdout.splitlines() if "│ maze" in line)
+    assert "│ breadth-first shortest path" in maze_row and "expert (" not in out.stdout
+
+
+@pytest.mark.parametrize("command", ["play", "solve", "view", "serve-env", "serve-model", "rl-noise"])
+def test_every_argument_of_a_command_is_described(command, capsys):
+    (sub,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    undescribed = [a.dest for a in sub.choices[command]._actions if not a.help]
+    assert not undescribed
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    if command in ("play", "solve", "serve-env"):
+        assert "env the environment: apps, babyai," in text and "wordle" in text
+
+
+@pytest.fixture
+def sql(data, capsys):
+    """`gymflow sql` in-process over `data` (or another folder): its stdout."""
+
+    def run(query, folder=data):
+        main(["--data", str(folder), "sql", query])
+        return capsys.readouterr().out
+
+    return run
+
+
+def test_an_empty_result_names_the_stage_that_fills_an_empty_table(sql, data, tmp_path):
+    out = sql("select e.env, c.critic from episodes e join critic_scores c using (episode_id)")
+    assert f"table critic_scores is empty in {data}: {FILLED_BY['critic_scores']}" in out
+    assert "table episodes" not in out  # it has rows: the join is what found none
+    out = sql("select task_id from TASKS where env = 'wordle'", tmp_path)
+    assert out.splitlines()[-1] == f"table tasks is empty in {tmp_path}: `dvc repro instructions` writes it"
+
+
+def test_no_hint_when_the_query_itself_finds_nothing_or_rows_come_back(sql):
+    assert "is empty" not in sql("select * from episodes where reward > 5")
+    assert "is empty" not in sql("select count(*) from critic_scores")  # one row: 0
 
 
 def test_sql_over_rollouts(data):

@@ -20,7 +20,6 @@ from gymflow.envs import make_env
 from gymflow.envs.base import Task
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import Episode, RunInfo, episode_rows
-from gymflow.store.db import connect
 from gymflow.store.io import file_metadata, is_intact, table_path, write_rows, write_text
 from gymflow.workers import manager, worker_pool
 
@@ -121,6 +120,8 @@ def write_episodes(
 
 def trajectory_metrics(rollout_dir: str | Path, envs: list[str]) -> dict[str, dict[str, float]]:
     """Per environment: expert success over the attempted tasks, kept episodes, mean turns and characters."""
+    from gymflow.store.db import connect  # duckdb: writing episodes (RL on a lent GPU machine) needs none
+
     db = connect(rollout_dir)
     rows = db.sql(
         """select e.env, count(*) as kept, avg(e.turns) as mean_turns, avg(c.chars) as mean_chars

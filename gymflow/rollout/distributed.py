@@ -28,7 +28,6 @@ from gymflow.agent.chat import ChatFormat
 from gymflow.config import RolloutParams
 from gymflow.envs.base import Env, Task
 from gymflow.errors import UserError
-from gymflow.models.openai_client import CompletionClient
 from gymflow.models.sampling import CompletionBackend
 from gymflow.progress import bar as progress_bar
 from gymflow.remote.env_client import EnvMaker
@@ -78,6 +77,10 @@ class RolloutWorker:
     """One Ray actor: a model copy or a completion client, and environments kept from batch to batch."""
 
     def __init__(self, model: Any, fmt: ChatFormat, env_servers: dict[str, list[str]], index: int) -> None:
+        from gymflow.models.openai_client import (
+            CompletionClient,
+        )  # openai: only a worker of a server needs it
+
         torch.set_num_threads(1)  # one core per worker, as Ray reserves it
         self.model = CompletionClient(model) if isinstance(model, str) else model
         if isinstance(self.model, PreTrainedModel):

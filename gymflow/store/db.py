@@ -191,6 +191,13 @@ def run_query(
     return interruptible(db, work)
 
 
+def empty_tables(db: duckdb.DuckDBPyConnection, query: str) -> list[str]:
+    """The tables `query` reads (after FROM or JOIN) that hold no row, having no file or only empty ones: why a
+    query returned nothing, when it is not the query's own conditions."""
+    named = [t for t in TABLES if re.search(rf"\b(from|join)\s+{t}\b", query, re.IGNORECASE)]
+    return [t for t in named if not db.sql(f"select 1 from {t} limit 1").fetchall()]
+
+
 def _visible(text: str) -> str:
     """`text` as it is, but tabs as spaces and other control characters escaped (`\\x1b`), which a terminal
     would otherwise act on."""
