@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gymflow.config import check_machine, load_params
 from gymflow.env_names import ENV_NAMES, TASK_LIMITS
@@ -493,3 +494,37 @@ def test_the_params_stage_refuses_a_built_model_bigger_than_memory(
 def test_the_default_params_fit_this_machine():
     """The params stage's machine check passes the repository's params.yaml (a 0.8M-parameter model)."""
     check_machine(load_params(ROOT / "params.yaml"))
+
+
+def test_params_yaml_names_every_knob_with_its_value():
+    """Issue 37: the README says params.yaml holds every knob; `dvc exp run -S rollout.engine=ray` failed with
+    "Key 'engine' is not in struct" because it did not. Sub-sections whose seed is the section's own (sweet's
+    critic, actor, dpo, mtdpo: `SweetParams.seeded`) need no seed of their own."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from gymflow.config import Params
+
+    raw = yaml.safe_load(Path("params.yaml").read_text())
+    derived = {"sweet.critic.seed", "sweet.actor.seed", "sweet.dpo.seed", "sweet.mtdpo.seed"}
+
+    def models(annotation: object) -> list[type[BaseModel]]:
+        """The section models a field holds (itself, or in an Optional); not those in a dict of names."""
+        if typing.get_origin(annotation) is dict:
+            return []
+        found = [a for a in (typing.get_args(annotation) or (annotation,)) if isinstance(a, type)]
+        return [a for a in found if issubclass(a, BaseModel)]
+
+    def missing(model: type[BaseModel], data: dict, path: str) -> list[str]:
+        out = []
+        for name, field in model.model_fields.items():
+            key = f"{path}.{name}".lstrip(".")
+            if name not in data:
+                out += [] if key in derived else [key]
+            elif isinstance(data[name], dict):
+                for sub in models(field.annotation):
+                    out += missing(sub, data[name], key)
+        return out
+
+    assert missing(Params, raw, "") == []
