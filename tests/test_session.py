@@ -298,3 +298,15 @@ def test_a_cells_signal_mask_handlers_and_streams_do_not_outlive_it() -> None:
 def test_a_session_runs_one_thread() -> None:
     with pytest.raises(UserError, match="processes"):
         Session(Recorder(), Limits(processes=2))
+
+
+def test_a_reply_left_half_sent_at_done_is_finished_before_the_next_cell() -> None:
+    """A reply bigger than the pipe, to a call whose cell ended without reading it (a frame written by hand, or
+    a call that ran out of time), is finished at the next turn, where the harness skips it whole."""
+    with Session(lambda *call: "y" * 300_000, FAST) as s:
+        cell = s.run(
+            WRITE + "x = 1\nwrite({'call': ['a', 'b', [], {}], 'id': 99})\nimport time\ntime.sleep(0.2)"
+        )
+        assert cell.error is None and cell.calls == 1
+        after = s.run("print(x)")
+        assert after.output == "1\n" and not after.restarted

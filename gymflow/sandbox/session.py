@@ -82,7 +82,8 @@ class Session:
         self.handler, self.limits, self.want = handler, limits, want
         self.child: Child | None = None
         self.layers: tuple[str, ...] = ()
-        self.buffer = bytearray()
+        self.buffer = bytearray()  # frames from the child not yet taken
+        self.pending = bytearray()  # bytes for the child not yet sent: a reply its cell stopped waiting for
 
     def __enter__(self) -> Session:
         return self
@@ -95,6 +96,7 @@ class Session:
             self.child.close()
             self.child = None
         self.buffer.clear()
+        self.pending.clear()
 
     def run(self, source: str) -> Cell:
         """Run `source` in the episode's namespace; a cell that kills the interpreter, or breaks the turn
@@ -157,7 +159,8 @@ class Session:
     def _serve(self, child: Child, source: str, turn: _Turn) -> str | None:
         """Send the cell, answer its calls and collect its output until its done frame; why the interpreter
         must stop, or None."""
-        pending = bytearray(_frame({"cell": source, "token": turn.token}))
+        pending = self.pending  # after the rest of a reply sent in an earlier turn, which the harness skips
+        pending += _frame({"cell": source, "token": turn.token})
         deadline = time.monotonic() + self.limits.wall_seconds
         stdout = child.proc.stdout.fileno()
         with selectors.DefaultSelector() as selector:
