@@ -211,20 +211,39 @@ FILLED_BY = {
 
 
 def cmd_sql(args: argparse.Namespace) -> None:
-    """Read-only SQL over the tables; values printed as DuckDB writes them, never read as markup."""
-    if args.limit < 0:
-        raise UserError("--limit must be 0 (every row) or more")
+    """Read-only SQL over the tables, in bounded time and memory; values printed as DuckDB writes them, never
+    read as markup."""
+    for flag, meaning in (("limit", "every row"), ("timeout", "no bound"), ("memory", "no bound")):
+        if not getattr(args, flag) >= 0:  # NaN too
+            raise UserError(f"--{flag} must be 0 ({meaning}) or more")
     with _without_pandas():
-        from gymflow.store.db import box, damaged_file, empty_tables, read_only, run_query
-    db = read_only(args.data)
+        from gymflow.store.db import (
+            QueryTimeout,
+            box,
+            damaged_file,
+            empty_tables,
+            read_only,
+            run_query,
+            visible,
+        )
     try:
-        result = run_query(db, args.query, args.limit)
-    except (duckdb.Error, OSError) as e:  # OSError: a run-time error met while streaming the rows
+        db = read_only(args.data, args.memory)
+        result = run_query(db, args.query, args.limit, args.timeout, args.memory)
+    except QueryTimeout as e:
+        raise UserError(f"SQL: {e} (--timeout 0 lifts the bound)") from None
+    # OSError: a run-time error met while streaming the rows; MemoryError: Python's, past --memory
+    except (duckdb.Error, OSError, MemoryError) as e:
         if damage := damaged_file(e, args.data):
             raise damage from None
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        message = visible(str(e).splitlines()[0]) if str(e) else type(e).__name__
         hint = "tables: tasks, episodes, turns"
-        if isinstance(e, duckdb.PermissionException) or "configuration has been locked" in message:
+        out_of_memory = (
+            isinstance(e, (duckdb.OutOfMemoryException, MemoryError)) or "Out of Memory" in message
+        )
+        if out_of_memory and args.memory:
+            message = f"query stopped: it needed more than {args.memory} MB"
+            hint = "--memory 0 lifts the bound"
+        elif isinstance(e, duckdb.PermissionException) or "configuration has been locked" in message:
             hint = "gymflow sql reads only the tables tasks, episodes, turns; see the README for plain duckdb"
         raise UserError(f"SQL: {message} ({hint})") from None
     if result is None:
@@ -357,6 +376,20 @@ def parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", help="query the rollout tables (tasks, episodes, turns) with DuckDB SQL")
     sql.add_argument("query", help="read-only: other files, COPY, ATTACH, INSTALL/LOAD, settings are refused")
     sql.add_argument("--limit", type=int, default=100, help="rows to print (default 100; 0: every row)")
+    sql.add_argument(
+        "--timeout",
+        type=float,
+        default=30,
+        metavar="SECONDS",
+        help="stop the query after this (default 30; 0: never)",
+    )
+    sql.add_argument(
+        "--memory",
+        type=int,
+        default=2048,
+        metavar="MB",
+        help="memory the query may take (default 2048; 0: no bound)",
+    )
     sql.set_defaults(func=cmd_sql)
     view = sub.add_parser("view", help="browse the rollout tables in a local web page (read-only)")
     view.add_argument(  # also after `view`; SUPPRESS keeps the top-level --data when it is not given here

@@ -5,9 +5,11 @@ parent. Escapes run in the modes of tests/test_sandbox.py ("all", "kernel", "non
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
+from gymflow.errors import UserError
 from gymflow.sandbox import Limits
 from gymflow.sandbox.session import MAX_CALLS, CallRefused, Session
 from tests.test_sandbox import MODES, REPO, skip_unless_machine_allows, spawned  # noqa: F401 (spawned: every process reaped, autouse)
@@ -158,3 +160,153 @@ def test_forged_frames_reach_no_further_than_honest_calls() -> None:
         )
         assert flood.restarted
         assert s.run("print('alive')").output == "alive\n"
+
+
+# ---- a turn ends when the harness says so, and nothing a cell started acts after it ------------------------
+# The cell shares its process with the harness, so it can write frames on the harness's pipe and find the
+# request the harness is serving (its frames' locals). These attacks are the issue's: a forged "done", then
+# code that goes on running; timers, signal handlers and hooks that fire in a later turn.
+WRITE = "import os, json, sys\ndef write(obj):\n    d = json.dumps(obj).encode()\n    os.write(int(sys.argv[2]), len(d).to_bytes(4, 'big') + d)\n"
+DIG = (  # the request the harness is serving, found on its stack; what a forger echoes from it
+    "f, req = sys._getframe(), {}\nwhile f is not None:\n"
+    "    req = next((v for v in f.f_locals.values() if isinstance(v, dict) and 'cell' in v), req)\n"
+    "    f = f.f_back\nextra = {k: v for k, v in req.items() if k != 'cell'}\n"
+)
+SLOW = Limits(cpu_seconds=8, wall_seconds=4, memory_mb=128, case_seconds=1.5, output_kb=4)
+
+
+def test_a_forged_done_frame_is_not_the_output() -> None:
+    handler = Recorder()
+    with Session(handler, FAST) as s:
+        cell = s.run(WRITE + DIG + "write({'done': {'output': 'FORGED', 'error': None, **extra}})")
+        assert "FORGED" not in cell.output
+        assert cell.restarted and "result channel corrupted" in cell.error
+        assert s.run("print('alive')").output == "alive\n"
+
+
+AFTER_FORGERY = {
+    "returns": "",  # the harness's own done frame follows the forged one
+    "calls-later": "import time\ntime.sleep(0.3)\napis.supervisor.complete_task()",
+    "calls-at-next-request": "import select\nselect.select([int(sys.argv[1])], [], [])\napis.supervisor.complete_task()",
+    "prints-later": "import time\ntime.sleep(0.3)\nprint('LATE')",
+}
+
+
+@pytest.mark.parametrize("then", list(AFTER_FORGERY), ids=list(AFTER_FORGERY))
+def test_a_well_forged_done_ends_the_turn_with_what_it_printed_and_nothing_after_it_counts(then: str) -> None:
+    handler = Recorder()
+    with Session(handler, SLOW) as s:
+        forger = WRITE + DIG + "print('printed')\nwrite({'done': extra.get('token'), 'error': None})\n"
+        cell = s.run(forger + "import time\ntime.sleep(0.2)\n" + AFTER_FORGERY[then])
+        # the output is what the process wrote while the turn was open, never a frame's text
+        assert cell.output == "printed\n"
+        time.sleep(0.8)  # the forger's continuation acts, between turns
+        # the interpreter is stopped where its frames break the protocol: at the next cell (or at once, had the
+        # harness's own done frame come in the same read as the forged one)
+        stopped = cell if cell.restarted else s.run("print('next')")
+        assert (
+            stopped.restarted and "interpreter was stopped" in stopped.error and "LATE" not in stopped.output
+        )
+        assert s.run("print('ok')").output == "ok\n"
+    assert handler.calls == []
+
+
+@pytest.mark.xfail(
+    strict=True, reason="the cell shares the harness's process: reading the pipe, it is the harness"
+)
+def test_a_forger_that_takes_the_next_request_off_the_pipe_acts_in_that_turn() -> None:
+    """The limit of the protocol, kept as a test: after a forged done, code that reads the next request itself
+    (so it knows that turn's token) can start the turn and call APIs before the real harness is back. The parent
+    then meets the harness's late done frame and stops the interpreter, but the call was answered."""
+    handler = Recorder()
+    with Session(handler, SLOW) as s:
+        s.run(
+            WRITE + DIG + "write({'done': extra.get('token'), 'error': None})\nimport __main__\n"
+            "req = __main__.read_frame(int(sys.argv[1]))\nwrite({'start': req['token']})\n"
+            "apis.supervisor.complete_task()"
+        )
+        s.run("print('next')")
+    assert handler.calls == []
+
+
+ARMED = (
+    "import signal, sys, time\nt0 = time.monotonic()\ndef act(*args):\n    apis.supervisor.complete_task()\n"
+)
+LATER = "def later(*args):\n    if time.monotonic() > t0 + 0.3:\n        apis.supervisor.complete_task()\n"
+LATER_HOOK = LATER.replace(
+    "        apis.", "        sys.setprofile(None)\n        sys.settrace(None)\n        apis.", 1
+)
+TIMERS = {  # what arms, then what the next cell does (after a 0.4 s pause) to let it act
+    "itimer-real": (
+        "signal.signal(signal.SIGALRM, act)\nsignal.setitimer(signal.ITIMER_REAL, 0.2)",
+        "time.sleep(2)",
+    ),
+    "alarm": ("signal.signal(signal.SIGALRM, act)\nsignal.alarm(1)", "time.sleep(2)"),
+    "itimer-virtual": (
+        "signal.signal(signal.SIGVTALRM, act)\nsignal.setitimer(signal.ITIMER_VIRTUAL, 0.1)",
+        "import time\nt = time.process_time()\nwhile time.process_time() < t + 0.3:\n    pass",
+    ),
+    "itimer-prof": (
+        "signal.signal(signal.SIGPROF, act)\nsignal.setitimer(signal.ITIMER_PROF, 0.1)",
+        "import time\nt = time.process_time()\nwhile time.process_time() < t + 0.3:\n    pass",
+    ),
+    "sigio-on-request": (
+        "import fcntl, os\nfd = int(sys.argv[1])\nsignal.signal(signal.SIGIO, act)\n"
+        "fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())\n"
+        "fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)",
+        "x = 1",
+    ),
+    "setprofile": (LATER_HOOK + "sys.setprofile(later)", "len([])"),
+    "settrace": (LATER_HOOK + "sys.settrace(later)", "def f():\n    return 1\nf()"),
+    "gc-callback": (LATER + "import gc\ngc.callbacks.append(later)", "x = [[] for _ in range(100000)]"),
+    "audit-hook": (LATER + "sys.addaudithook(later)", "x = 1"),
+    "finalizer": (
+        "class Bomb:\n    def __del__(self):\n        act()\nb = Bomb()\nb.me = b\ndel b",
+        "x = [[] for _ in range(100000)]",
+    ),
+}
+
+
+@pytest.mark.parametrize("arm, trigger", list(TIMERS.values()), ids=list(TIMERS))
+def test_nothing_a_cell_arms_acts_in_a_later_turn(arm: str, trigger: str) -> None:
+    handler = Recorder()
+    with Session(handler, SLOW) as s:
+        s.run(ARMED + arm)
+        during = len(handler.calls)  # what it did in its own turn (a finalizer may run there) is its own
+        time.sleep(0.4)
+        later = [s.run(trigger), s.run("print('ok')")]
+        assert handler.calls[during:] == []
+        assert later[-1].output == "ok\n" and not any(cell.restarted for cell in later)
+
+
+def test_a_cells_signal_mask_handlers_and_streams_do_not_outlive_it() -> None:
+    with open_session("all") as s:
+        cell = s.run(
+            "import faulthandler, signal, sys, io\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\n"
+            "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\nfaulthandler.register(signal.SIGALRM, chain=True)\n"
+            "sys.stdout = io.StringIO()"
+        )
+        assert cell.error is None
+        assert s.run("print('seen')").output == "seen\n"
+        loop = s.run("while True:\n    pass")  # the case timer works again: a timeout, not a killed process
+        assert not loop.restarted and loop.error.endswith("TimeoutError: the cell ran out of time")
+        assert "Current thread" not in loop.output  # faulthandler's traceback on SIGALRM is gone
+        killed = s.run("import os, signal\nos.kill(os.getpid(), signal.SIGUSR1)")
+        assert killed.restarted and "signal 10" in killed.error  # SIGUSR1's default action is back
+
+
+def test_a_session_runs_one_thread() -> None:
+    with pytest.raises(UserError, match="processes"):
+        Session(Recorder(), Limits(processes=2))
+
+
+def test_a_reply_left_half_sent_at_done_is_finished_before_the_next_cell() -> None:
+    """A reply bigger than the pipe, to a call whose cell ended without reading it (a frame written by hand, or
+    a call that ran out of time), is finished at the next turn, where the harness skips it whole."""
+    with Session(lambda *call: "y" * 300_000, FAST) as s:
+        cell = s.run(
+            WRITE + "x = 1\nwrite({'call': ['a', 'b', [], {}], 'id': 99})\nimport time\ntime.sleep(0.2)"
+        )
+        assert cell.error is None and cell.calls == 1
+        after = s.run("print(x)")
+        assert after.output == "1\n" and not after.restarted

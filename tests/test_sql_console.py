@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from rich.cells import cell_len
@@ -215,6 +216,29 @@ def test_control_characters_are_shown_not_sent(sql):
     assert body(out) == ["│ a\\x1b[2Jb\\x0dc │"]
 
 
+FORMAT_CHARACTERS = {  # what a terminal would hide or act on: each value is printed as its escape
+    0x202E: "\\u202e",  # right-to-left override
+    0x2066: "\\u2066",  # left-to-right isolate
+    0x200B: "\\u200b",  # zero width space
+    0xFEFF: "\\ufeff",  # zero width no-break space
+    0x00AD: "\\xad",  # soft hyphen
+    0x2028: "\\u2028",  # line separator
+    0xE0001: "\\U000e0001",  # language tag
+}
+
+
+def test_format_characters_are_shown_not_sent(sql):
+    columns = ", ".join(f"'a' || chr({code}) || 'b' as c{i}" for i, code in enumerate(FORMAT_CHARACTERS))
+    code, out, _ = sql(f"select {columns}")
+    assert code == 0 and not any(chr(c) in out for c in FORMAT_CHARACTERS)
+    assert body(out) == ["│ " + " │ ".join(f"a{escape}b" for escape in FORMAT_CHARACTERS.values()) + " │"]
+
+
+def test_format_characters_in_an_error_are_shown_not_sent(sql):
+    code, out, err = sql('select "\u202egnp.exe"')  # DuckDB names the column in its error
+    assert code == 2 and "\u202e" not in err and "\\u202egnp.exe" in err
+
+
 def test_wide_characters_keep_the_box_aligned(sql):
     code, out, _ = sql("select '日本語' as a, 'x' as b union all select 'abc', e'two\\nlines'")
     assert code == 0
@@ -289,3 +313,62 @@ def test_console_answers_without_pandas_and_pyarrow_still_finds_it(repo):
     assert out.returncode == 0, out.stderr
     assert "│ 7 " in out.stdout  # the three environments' expert episodes: 4 + 2 + 1
     assert "pandas loaded: False" in out.stdout and out.stdout.rstrip().endswith("DataFrame")
+
+
+BOUNDS = {  # what ran with no bound; the flag and the line it stops with
+    "endless recursion": (
+        "with recursive t(n) as (select 1 union all select n + 1 from t) select count(*) from t",
+        ["--timeout", "1"],
+        "error: SQL: query stopped after 1 s (--timeout 0 lifts the bound)",
+    ),
+    "long count": (
+        "select count(*) from range(10000000000) where hash(range) % 7 = 0",
+        ["--timeout", "0.5"],
+        "error: SQL: query stopped after 0.5 s (--timeout 0 lifts the bound)",
+    ),
+    "a 2 GB string, default bound": (
+        "select repeat('x', 2000000000)",
+        [],
+        "error: SQL: query stopped: it needed more than 2048 MB (--memory 0 lifts the bound)",
+    ),
+    "a long string_agg": (
+        "select string_agg(range::varchar, ',') from range(200000000)",
+        ["--memory", "256"],
+        "error: SQL: query stopped: it needed more than 256 MB (--memory 0 lifts the bound)",
+    ),
+    "a 1 G element list": (
+        "select range(1000000000)",
+        ["--memory", "256"],
+        "error: SQL: query stopped: it needed more than 256 MB (--memory 0 lifts the bound)",
+    ),
+    "a big distinct": (
+        "select count(*) from (select distinct range from range(50000000))",
+        ["--memory", "256"],
+        "error: SQL: query stopped: it needed more than 256 MB (--memory 0 lifts the bound)",
+    ),
+}
+
+
+@pytest.mark.parametrize("query, flags, line", BOUNDS.values(), ids=BOUNDS.keys())
+def test_a_query_past_its_bounds_stops_with_one_line(sql, query, flags, line):
+    started = time.monotonic()
+    code, out, err = sql(query, *flags)
+    assert (code, out, err) == (2, "", line + "\n")
+    assert time.monotonic() - started < 20
+    assert sql("select 42 as n")[1].count("42") == 1  # the process is bounded no longer
+
+
+def test_the_flags_lift_the_bounds(sql):
+    query = "select length(repeat('x', 150000000)) as n"
+    assert "needed more than 100 MB" in sql(query, "--memory", "100")[2]
+    code, out, _ = sql(query, "--memory", "0")
+    assert code == 0 and body(out) == ["│ 150000000 │"]
+    slow = "select count(sleep_ms(range * 0 + 100)) from range(6)"  # 0.6 s of sleep, in six parts
+    assert sql(slow, "--timeout", "0.2")[2].startswith("error: SQL: query stopped after 0.2 s")
+    assert sql(slow, "--timeout", "0")[0] == 0
+
+
+@pytest.mark.parametrize("flag", ["--timeout", "--memory"])
+def test_a_negative_bound_is_refused(sql, flag):
+    code, _, err = sql("select 1", flag, "-1")
+    assert code == 2 and err.strip() == f"error: {flag} must be 0 (no bound) or more"

@@ -313,7 +313,6 @@ def launch(
         "layers": want,
         "trusted": trusted,
         "seconds": limits.case_seconds,
-        "output": limits.output_kb * 1024,
         "limits": {
             "cpu": math.ceil(limits.cpu_seconds),
             "memory": limits.memory_mb << 20,

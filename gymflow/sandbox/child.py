@@ -646,28 +646,6 @@ def read_frame(fd: int) -> Any:
 # ------------------------------------------------------------------------------------------------ session
 
 
-class _Capture:
-    """sys.stdout and sys.stderr during a cell: keeps the first `cap` characters, counts the rest."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap, self.parts, self.kept, self.dropped = cap, [], 0, 0
-
-    def write(self, text: str) -> int:
-        text = str(text)
-        room = self.cap - self.kept
-        self.parts.append(text[:room])
-        self.kept += min(len(text), max(room, 0))
-        self.dropped += max(len(text) - max(room, 0), 0)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def text(self) -> str:
-        out = "".join(self.parts)
-        return out + (f"\n[{self.dropped} more characters not shown]" if self.dropped else "")
-
-
 class _Link:
     """The one door from the cell to the world: each API call is a JSON frame out and a reply frame in, matched
     by a sequence number, so a reply that a timed-out call left in the pipe is never taken for a later one."""
@@ -747,34 +725,95 @@ def failure(exc: BaseException, source: str) -> str:
     return "\n".join(["Execution failed. Traceback:", *shown, last])
 
 
-def run_cell(source: str, namespace: dict[str, Any], timer: _Timer, cap: int) -> dict[str, Any]:
-    """Exec one cell under the timer with its prints captured; {"output", "error"} (error None if it ran)."""
-    capture = _Capture(cap)
-    saved = sys.stdout, sys.stderr
+def run_cell(source: str, namespace: dict[str, Any], timer: _Timer) -> str | None:
+    """Exec one cell under the timer, then collect its garbage (so its finalizers run in its own turn); its
+    error, or None. What it prints goes straight to fd 1, which the parent reads: no frame carries output."""
+    import gc
+
     error = None
     try:
         try:
             timer.arm()
-            sys.stdout = sys.stderr = capture
-            exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102 -- running it is the point
+            try:
+                exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102 -- running it is the point
+            finally:
+                gc.collect()
         except BaseException as exc:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt included
             error = failure(exc, source)
         finally:
             timer.disarm()
-            sys.stdout, sys.stderr = saved
     except CaseTimeout:  # fired while the error was being named
         error = "Execution failed. Traceback:\nTimeoutError: the cell ran out of time"
-    return {"output": capture.text(), "error": error}
+    return error
 
 
-def session(in_fd: int, out_fd: int, seconds: float, cap: int) -> None:
-    """A persistent interpreter: run each {"cell": source} in one namespace, answering {"done": ...} each."""
+class _Reset:
+    """What the process looked like before the first cell, put back after every cell, so that nothing a cell
+    arms acts in a later turn by itself: interval timers (and alarm), signal handlers, the signal mask and
+    wakeup fd, faulthandler's handlers, SIGIO on the harness's pipes, trace, profile and gc hooks, the
+    unraisable hook, sys.stdout and sys.stderr. Audit hooks cannot be removed, so cells get no way to add one.
+
+    It is the harness's good faith, not a wall: a cell can rewrite this object or the modules it calls (it shares
+    the interpreter). The parent's turn protocol (gymflow/sandbox/session.py) is what holds regardless."""
+
+    def __init__(self, fds: tuple[int, ...]) -> None:
+        import faulthandler
+        import fcntl
+        import gc
+
+        self.fds, self.gc, self.fcntl, self.faulthandler = fds, gc, fcntl, faulthandler
+        found = {sig: signal.getsignal(sig) for sig in signal.valid_signals()}
+        self.handlers = {
+            sig: signal.SIG_DFL if h is None else h for sig, h in found.items()
+        }  # None: set in C
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        self.streams = sys.stdout, sys.stderr
+        self.unraisable = sys.unraisablehook
+        for name in ("addaudithook", "monitoring"):  # hooks that, once set, no one could take back
+            if hasattr(sys, name):
+                delattr(sys, name)
+
+    def __call__(self) -> None:
+        for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+            signal.setitimer(which, 0)
+        for sig, handler in self.handlers.items():  # before the mask, so a signal left pending meets these
+            with contextlib.suppress(RuntimeError):  # SIGSEGV and the like: faulthandler's own, see disable()
+                self.faulthandler.unregister(sig)
+            if signal.getsignal(sig) is not handler:
+                signal.signal(sig, handler)
+        self.faulthandler.disable()
+        signal.set_wakeup_fd(-1)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                flags = self.fcntl.fcntl(fd, self.fcntl.F_GETFL)
+                self.fcntl.fcntl(fd, self.fcntl.F_SETFL, flags & ~os.O_ASYNC)
+        sys.settrace(None)
+        sys.setprofile(None)
+        self.gc.callbacks.clear()
+        sys.unraisablehook = self.unraisable
+        sys.stdout, sys.stderr = self.streams
+        for stream in self.streams:
+            with contextlib.suppress(Exception):
+                stream.flush()
+
+
+def session(in_fd: int, out_fd: int, seconds: float) -> None:
+    """A persistent interpreter: run each {"cell": source, "token": t} in one namespace, between a {"start": t}
+    frame and a {"done": t, "error": ...} frame; the parent answers API calls only in between."""
     link = _Link(in_fd, out_fd)
     namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__, "apis": _Apis(link)}
+    for stream in (sys.stdout, sys.stderr):  # any str prints (a lone surrogate too)
+        stream.reconfigure(errors="backslashreplace")
     timer = _Timer(seconds)
+    reset = _Reset((in_fd, out_fd, 0, 1, 2))
     while (request := read_frame(in_fd)) is not None:
         if isinstance(request, dict) and isinstance(request.get("cell"), str):  # else a stale call reply
-            write_frame(out_fd, {"done": run_cell(request["cell"], namespace, timer, cap)})
+            token = request.get("token")
+            write_frame(out_fd, {"start": token})
+            error = run_cell(request["cell"], namespace, timer)
+            reset()
+            write_frame(out_fd, {"done": token, "error": error})
 
 
 def write_frame_bytes(fd: int, data: bytes) -> None:
@@ -804,7 +843,7 @@ def main(in_fd: int, out_fd: int, mode: str = "requests") -> None:
         os._exit(0)
     write_frame(out_fd, {"layers": layers})
     if mode == "session":
-        session(in_fd, out_fd, setup["seconds"], setup["output"])
+        session(in_fd, out_fd, setup["seconds"])
     else:
         serve(payload["requests"], out_fd, setup["seconds"])
     sys.stdout.flush()

@@ -12,6 +12,17 @@ frame and waits for the reply, which `handler` computes here, in the parent. The
 checks and the handler never enter the child; it can only ask, with plain data, and a forged frame asks no more
 than an honest call.
 
+A turn: the parent sends {"cell": source, "token": t}, t fresh and random; the harness answers {"start": t},
+the cell's calls, then {"done": t, "error": ...} once the cell has returned and the harness has put back what a
+cell could leave armed (timers, signal handlers, hooks: `child._Reset`). The cell shares the harness's process
+and can write frames too, so the parent trusts only what it can check from outside: the output is what the
+process wrote to its stdout while the turn was open (no frame carries text); calls are answered only between
+the start and the done of the turn in flight; and a frame out of that order, or anything written between
+turns (a timer's call, code still running after a forged done), stops the interpreter before its call is
+answered. Threads are refused (Limits.processes must be 1), so nothing runs beside the harness.
+What this cannot stop: code that reads the next request off the pipe itself is, to every check here, the
+harness, and can act in that turn before the next cell does (tests/test_session.py keeps it as an xfail).
+
 Limits: each cell has `case_seconds` of wall time inside the child (SIGALRM raises into Python code), and
 `wall_seconds` here, after which the process is killed (a C-level loop, a blocked signal); CPU seconds and
 memory are rlimits of the whole episode's process. A killed or dead interpreter is reported in the cell's error
@@ -20,20 +31,24 @@ and a fresh one starts at the next cell (its variables lost, as after a kernel r
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import pickle
+import secrets
 import selectors
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gymflow.errors import UserError
 from gymflow.sandbox import LAYERS, Child, Limits, _death, _take_frames, launch, refusal
 
 MAX_CALLS = 1_000  # API calls one cell may make; later ones are refused (a loop over a paginated list fits)
 MAX_FRAMES = 1 << 16  # frames one read may carry (64 KiB of the smallest); more is a forger's flood
 MAX_PENDING = 8 << 20  # reply bytes queued for a child that does not read them; past it the child is killed
+MAX_DRAIN = 2 << 20  # output read after "done": what was written before it is in a pipe (1 MiB at most)
 
 Handler = Callable[[str, str, list[Any], dict[str, Any]], Any]
 
@@ -59,10 +74,16 @@ class Session:
     """One episode's interpreter. Not thread-safe; `close` it (or use it as a context manager)."""
 
     def __init__(self, handler: Handler, limits: Limits, want: tuple[str, ...] = LAYERS) -> None:
+        if limits.processes != 1:  # then the kernel refuses threads (seccomp, or RLIMIT_NPROC of its uid)
+            raise UserError(
+                f"sandbox session: Limits.processes must be 1, got {limits.processes}: a thread or process that "
+                "a cell started would go on running after its turn"
+            )
         self.handler, self.limits, self.want = handler, limits, want
         self.child: Child | None = None
         self.layers: tuple[str, ...] = ()
-        self.buffer = bytearray()
+        self.buffer = bytearray()  # frames from the child not yet taken
+        self.pending = bytearray()  # bytes for the child not yet sent: a reply its cell stopped waiting for
 
     def __enter__(self) -> Session:
         return self
@@ -75,71 +96,28 @@ class Session:
             self.child.close()
             self.child = None
         self.buffer.clear()
+        self.pending.clear()
 
     def run(self, source: str) -> Cell:
-        """Run `source` in the episode's namespace; a cell that kills the interpreter reports why."""
+        """Run `source` in the episode's namespace; a cell that kills the interpreter, or breaks the turn
+        protocol, reports why, and the next cell gets a fresh interpreter."""
         if self.child is None:
             started = self._start()
             if started is not None:
                 return Cell("", f"Execution failed. Traceback:\nRuntimeError: {started}", restarted=True)
         child = self.child
         assert child is not None
-        pending = bytearray(_frame({"cell": source}))
-        deadline = time.monotonic() + self.limits.wall_seconds
-        cap = self.limits.output_kb * 1024
-        output, calls, why = bytearray(), 0, None
-        selector = selectors.DefaultSelector()
-        selector.register(child.out_r, selectors.EVENT_READ)
-        selector.register(child.proc.stdout.fileno(), selectors.EVENT_READ)
-        try:
-            while why is None:
-                _want_write(selector, child.in_w, bool(pending))
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    why = "timeout"
-                    break
-                for key, _ in selector.select(left):
-                    if key.fd == child.in_w:
-                        why = _send(child.in_w, pending)
-                    elif key.fd == child.out_r:
-                        chunk = os.read(child.out_r, 1 << 16)
-                        if not chunk:
-                            why = "exited"
-                            break
-                        self.buffer += chunk
-                        frames: list[dict[str, Any]] = []
-                        corrupted = _take_frames(self.buffer, frames, MAX_FRAMES)
-                        for frame in frames:  # those before a corrupt one still count, in order
-                            if "done" in frame and _is_done(frame["done"]):
-                                printed = output.decode("utf-8", "replace")
-                                self.buffer.clear()  # anything after the answer is forged
-                                return Cell(frame["done"]["output"] + printed, frame["done"]["error"], calls)
-                            reply = self._answer(frame, calls)
-                            if reply is None:
-                                corrupted = "result channel corrupted"
-                                break
-                            calls += reply.pop("handled")
-                            pending += _frame(reply)
-                            if len(pending) > MAX_PENDING:
-                                corrupted = "too many unread replies"
-                                break
-                        why = corrupted
-                    else:  # what native code wrote to fd 1 past the capture of sys.stdout
-                        chunk = os.read(key.fd, 1 << 16)
-                        if not chunk:
-                            selector.unregister(key.fd)
-                        output += chunk[: max(0, cap - len(output))]
-                    if why is not None:
-                        break
-        finally:
-            selector.close()
+        turn = _Turn(secrets.token_hex(16), _Output(self.limits.output_kb * 1024))
+        why = _between_cells(child, self.buffer) or self._serve(child, source, turn)
+        if why is None:
+            return Cell(turn.output.text(), turn.error, turn.calls)
         self.close()
         death = _death(child.proc.returncode) if why == "exited" else why
         return Cell(
-            output.decode("utf-8", "replace"),
+            turn.output.text(),
             f"Execution failed. Traceback:\nRuntimeError: the interpreter was stopped ({death}); "
             "its variables are gone and a new one starts with the next cell",
-            calls,
+            turn.calls,
             restarted=True,
         )
 
@@ -173,9 +151,83 @@ class Session:
             self.buffer.clear()
             return f"the sandbox did not start ({e})"
         os.set_blocking(child.in_w, False)
+        os.set_blocking(child.proc.stdout.fileno(), False)  # read to the end of what is there at "done"
         self.layers = tuple(str(name) for name in first["layers"])
         self.child = child
         return None
+
+    def _serve(self, child: Child, source: str, turn: _Turn) -> str | None:
+        """Send the cell, answer its calls and collect its output until its done frame; why the interpreter
+        must stop, or None."""
+        pending = self.pending  # after the rest of a reply sent in an earlier turn, which the harness skips
+        pending += _frame({"cell": source, "token": turn.token})
+        deadline = time.monotonic() + self.limits.wall_seconds
+        stdout = child.proc.stdout.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(child.out_r, selectors.EVENT_READ)
+            selector.register(stdout, selectors.EVENT_READ)
+            while not turn.done:
+                _want_write(selector, child.in_w, bool(pending))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "timeout"
+                for key, _ in selector.select(left):
+                    if key.fd == child.in_w:
+                        why = _send(child.in_w, pending)
+                    elif key.fd == stdout:
+                        why, chunk = None, _read(stdout)
+                        if chunk == b"":  # the process is gone; its frame pipe will say so
+                            selector.unregister(stdout)
+                        elif chunk:
+                            turn.output.feed(chunk)
+                    else:
+                        why = self._read_frames(child.out_r, turn, pending)
+                    if why is not None:
+                        return why
+                    if turn.done:
+                        break
+        if self.buffer:
+            return "it wrote after its turn ended"
+        return _drain(stdout, turn.output)
+
+    def _read_frames(self, fd: int, turn: _Turn, pending: bytearray) -> str | None:
+        """Take the frames that arrived; why the interpreter must stop, or None."""
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return "exited"
+        self.buffer += chunk
+        frames: list[dict[str, Any]] = []
+        corrupted = _take_frames(self.buffer, frames, MAX_FRAMES)
+        for frame in frames:  # those before a corrupt one still count, in order
+            why = self._take(frame, turn, pending)
+            if why is not None:
+                return why
+        return corrupted
+
+    def _take(self, frame: dict[str, Any], turn: _Turn, pending: bytearray) -> str | None:
+        """One frame of the turn: the harness's start, then calls (answered into `pending`), then its done.
+        Anything else, or anything out of that order, stops the interpreter."""
+        if turn.done:
+            return "it wrote after its turn ended"
+        if not turn.started:
+            if frame != {"start": turn.token}:
+                return "it wrote outside its turn"
+            turn.started = True
+            return None
+        if "done" in frame:
+            error = frame.get("error")
+            if frame.keys() != {"done", "error"} or frame["done"] != turn.token:
+                return "result channel corrupted"
+            if error is not None and not isinstance(error, str):
+                return "result channel corrupted"
+            turn.done, turn.error = True, error
+            return None
+        reply = self._answer(frame, turn.calls)
+        if reply is None:
+            return "result channel corrupted"
+        turn.calls += reply.pop("handled")
+        pending += _frame(reply)
+        return "too many unread replies" if len(pending) > MAX_PENDING else None
 
     def _answer(self, frame: dict[str, Any], calls: int) -> dict[str, Any] | None:
         """The reply to one call frame, and whether the handler took it ("handled"); None if the frame is not a
@@ -195,6 +247,72 @@ class Session:
         except CallRefused as e:
             return {"id": seq, "error": str(e), "handled": 1}
         return {"id": seq, "value": value, "handled": 1}
+
+
+class _Output:
+    """What a turn wrote to fd 1 (its prints and native writes), decoded as it arrives: the first `cap`
+    characters kept, the rest counted."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.parts, self.kept, self.dropped = cap, [], 0, 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        text = self.decoder.decode(data, final)
+        room = max(self.cap - self.kept, 0)
+        self.parts.append(text[:room])
+        self.kept += min(len(text), room)
+        self.dropped += max(len(text) - room, 0)
+
+    def text(self) -> str:
+        self.feed(b"", final=True)
+        out = "".join(self.parts)
+        return out + (f"\n[{self.dropped} more characters not shown]" if self.dropped else "")
+
+
+@dataclass
+class _Turn:
+    """One cell's turn as the parent sees it. Its token is fresh, so a frame written for an earlier turn (a
+    forger's, or the harness's own late done) never fits this one."""
+
+    token: str
+    output: _Output
+    started: bool = False
+    done: bool = False
+    error: str | None = None
+    calls: int = 0
+
+
+def _between_cells(child: Child, buffer: bytearray) -> str | None:
+    """Why the interpreter cannot take a cell: it died, or wrote something after its last turn ended (code that
+    outlived a forged done, a timer); None while it is quiet, as the harness is between cells."""
+    fds = [child.out_r, child.proc.stdout.fileno()]
+    with selectors.DefaultSelector() as selector:
+        for fd in fds:
+            selector.register(fd, selectors.EVENT_READ)
+        ready = [key.fd for key, _ in selector.select(0)]
+    if any(_read(fd) == b"" for fd in ready):
+        return "exited"
+    return "it wrote between cells" if ready or buffer else None
+
+
+def _read(fd: int) -> bytes | None:
+    """What `fd` holds now, b"" at its end, None if nothing is there (a non-blocking pipe)."""
+    try:
+        return os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return None
+
+
+def _drain(fd: int, output: _Output) -> str | None:
+    """Read what the cell wrote to fd 1 before its done frame: all of it is in the pipe by then. More than a
+    pipe holds means it is still writing after its turn."""
+    for _ in range(MAX_DRAIN >> 16):
+        chunk = _read(fd)
+        if not chunk:
+            return None
+        output.feed(chunk)
+    return "it wrote after its turn ended"
 
 
 def _want_write(selector: selectors.BaseSelector, fd: int, on: bool) -> None:
@@ -220,14 +338,6 @@ def _send(fd: int, pending: bytearray) -> str | None:
 def _frame(obj: dict[str, Any]) -> bytes:
     data = json.dumps(obj).encode()
     return len(data).to_bytes(4, "big") + data
-
-
-def _is_done(done: Any) -> bool:
-    return (
-        isinstance(done, dict)
-        and isinstance(done.get("output"), str)
-        and (done.get("error") is None or isinstance(done.get("error"), str))
-    )
 
 
 def _readable(fd: int, deadline: float) -> bool:

@@ -7,12 +7,16 @@ db = read_only("data")                   # for SQL a user types (`gymflow sql`):
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
+import resource
+import time
 import unicodedata
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -72,8 +76,9 @@ def connect(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
     return db
 
 
-def read_only(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
-    """The same views, in a DuckDB that then reads and writes no file itself and loads no extension.
+def read_only(data_dir: str | Path = "data", memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
+    """The same views, in a DuckDB that then reads and writes no file itself and loads no extension, and whose
+    operators hold at most `memory_mb` MB (0: DuckDB's default, 80% of the machine's); no query can change it.
 
     DuckDB cannot be given the tables' files (allowing a file for reading also lets `COPY ... TO` overwrite it),
     so each table is an Arrow dataset of its files that pyarrow scans for DuckDB as a query asks, verifying
@@ -84,6 +89,8 @@ def read_only(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
     """
     db = duckdb.connect()
     db.execute("set enable_progress_bar = false")  # it would print into the results
+    if memory_mb:
+        db.execute(f"set memory_limit = '{int(memory_mb)}MB'")
     for table, schema in TABLES.items():
         fragments = [_fragment(f, table) for f in table_files(data_dir, table)]
         source = ds.FileSystemDataset(fragments, schema, _VERIFIED_PARQUET, _LOCAL)
@@ -156,39 +163,82 @@ def text_rows(rel: duckdb.DuckDBPyRelation, limit: int) -> tuple[list[list[str |
 T = TypeVar("T")
 
 
-def interruptible(db: duckdb.DuckDBPyConnection, work: Callable[[], T]) -> T:
-    """`work()` (queries on `db`) in a worker thread, so that Ctrl-C interrupts it.
+class QueryTimeout(Exception):
+    """A query ran past its time bound and was interrupted."""
+
+
+def interruptible(db: duckdb.DuckDBPyConnection, work: Callable[[], T], seconds: float = 0) -> T:
+    """`work()` (queries on `db`) in a worker thread, so that Ctrl-C interrupts it, and so does its time bound of
+    `seconds` (0: none), past which it raises QueryTimeout.
 
     DuckDB 2.0 stops a query on SIGINT itself only in some calls (a long count streamed to Arrow ran on for
-    minutes), and then as a RuntimeError. Here the main thread waits, takes the KeyboardInterrupt, and
-    interrupts the connection until the work has stopped.
+    minutes), and then as a RuntimeError. Here the main thread waits, takes the KeyboardInterrupt or sees the
+    time run out, and interrupts the connection until the work has stopped.
     """
+    deadline = time.monotonic() + seconds if seconds else math.inf
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(work)
         try:
-            while True:
-                try:
-                    return future.result(timeout=0.1)  # wakes up, so a signal is seen whichever thread got it
-                except TimeoutError:
-                    pass
+            while not future.done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    _stop(db, future)
+                    raise QueryTimeout(f"query stopped after {seconds:g} s")
+                # wakes up, so a signal is seen whichever thread got it
+                wait([future], timeout=min(0.1, left))
         except KeyboardInterrupt:
-            while not future.done():  # the work may start another query after the first is interrupted
-                db.interrupt()
-                wait([future], timeout=0.1)
+            _stop(db, future)
             raise
+        return future.result()
+
+
+def _stop(db: duckdb.DuckDBPyConnection, future: Future[Any]) -> None:
+    while not future.done():  # the work may start another query after the first is interrupted
+        db.interrupt()
+        wait([future], timeout=0.1)
+
+
+@contextlib.contextmanager
+def memory_bound(mb: int) -> Iterator[None]:
+    """Inside, this process's data segment (what RLIMIT_DATA bounds: its private writable memory) may grow by at
+    most `mb` MB (0: no bound); an allocation past it fails, as DuckDB's "Out of Memory Error" or a MemoryError.
+    DuckDB's memory_limit bounds its operators only: `repeat('x', 2000000000)` took 3.9 GB past a limit of 100 MB.
+    Where /proc has no VmData (not Linux), only that limit holds."""
+    size = _data_size() if mb else None
+    if size is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    bound = min([size + (mb << 20)] + [x for x in (soft, hard) if x != resource.RLIM_INFINITY])
+    resource.setrlimit(resource.RLIMIT_DATA, (bound, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
+def _data_size() -> int | None:
+    """This process's VmData in bytes; None where /proc does not say."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) << 10
+    return None
 
 
 def run_query(
-    db: duckdb.DuckDBPyConnection, query: str, limit: int
+    db: duckdb.DuckDBPyConnection, query: str, limit: int, seconds: float = 0, memory_mb: int = 0
 ) -> tuple[list[str], list[list[str | None]], int] | None:
-    """Run `query` (Ctrl-C interrupts it): its column names, its first `limit` rows as text (0: all) and its
-    row count; None for a statement that returns no rows."""
+    """Run `query` (Ctrl-C interrupts it) in at most `seconds` and `memory_mb` more MB (0: no bound; see
+    `interruptible` and `memory_bound`): its column names, its first `limit` rows as text (0: all) and its row
+    count; None for a statement that returns no rows."""
 
     def work() -> tuple[list[str], list[list[str | None]], int] | None:
         rel = db.sql(query)
         return None if rel is None else (rel.columns, *text_rows(rel, limit))
 
-    return interruptible(db, work)
+    with memory_bound(memory_mb):
+        return interruptible(db, work, seconds)
 
 
 def empty_tables(db: duckdb.DuckDBPyConnection, query: str) -> list[str]:
@@ -198,13 +248,19 @@ def empty_tables(db: duckdb.DuckDBPyConnection, query: str) -> list[str]:
     return [t for t in named if not db.sql(f"select 1 from {t} limit 1").fetchall()]
 
 
-def _visible(text: str) -> str:
-    """`text` as it is, but tabs as spaces and other control characters escaped (`\\x1b`), which a terminal
-    would otherwise act on."""
+ESCAPED = frozenset(["Cc", "Cf", "Zl", "Zp"])  # control and format characters, line and paragraph separators
+
+
+def visible(text: str) -> str:
+    """`text` as it is, but tabs as spaces and the characters a terminal would act on or hide escaped (`\\x1b`,
+    `\\u202e`): controls, format characters (bidirectional overrides, zero widths) and line separators."""
     out = []
     for ch in text.expandtabs(8):
-        if ch != "\n" and unicodedata.category(ch) == "Cc":
-            ch = f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+        if ch != "\n" and unicodedata.category(ch) in ESCAPED:
+            code = ord(ch)
+            ch = (
+                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            )
         out.append(ch)
     return "".join(out)
 
@@ -213,7 +269,7 @@ def box(columns: Sequence[str], rows: Sequence[Sequence[str | None]]) -> str:
     """A table drawn around the cells as they are: nothing wrapped, cut or read as markup; a multi-line cell
     spans several lines, and a wide cell widens its column (the terminal or `less -S` handles the width)."""
     table = [list(columns), *(["NULL" if v is None else v for v in row] for row in rows)]
-    cells = [[_visible(v).split("\n") for v in row] for row in table]
+    cells = [[visible(v).split("\n") for v in row] for row in table]
     widths = [max(cell_len(line) for row in cells for line in row[i]) for i in range(len(columns))]
 
     def rule(left: str, mid: str, right: str, fill: str) -> str:
