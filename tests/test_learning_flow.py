@@ -23,7 +23,7 @@ def test_the_overrides_make_params_yaml_the_maze_regime_for_the_seed(tmp_path):
         "maze": 2000
     }
     assert params.instructions.eval == {"maze": 1000} and params.evaluate.envs == ["maze"]
-    assert params.sft.envs == {"maze": 6} and params.evol.tasks == {"maze": 600}
+    assert params.sft.envs == {"maze": 6} and params.evol.tasks == {"maze": 300} and params.rl.lr == 2e-5
     assert (params.evol.samples, params.evol.keep, params.evol.merge_sft) == (4, "shortest", False)
     assert params.evol.learn_from == "sft" and list(params.evol.iterations) == ["evol1", "evol2"]
     seeds = (params.instructions.seed, params.model.seed, params.sft.seed, params.evol.seed, params.rl.seed)
