@@ -6,9 +6,10 @@ environment whose library is not installed (a lent GPU machine has no minigrid) 
 missing package when used, so the others still load (`benchmarks/gpu_check.py` plays maze there).
 """
 
-import importlib
-
+from gymflow.envs.apps.env import Apps
 from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
+from gymflow.envs.colbench import ColBench, ColBenchSingle
+from gymflow.envs.maze import Maze
 from gymflow.errors import UserError
 
 
@@ -22,27 +23,46 @@ class _Unavailable(type):
         raise UserError(cls.why)
 
 
-def _load(name: str, module: str, cls: str) -> type[Env]:
-    """`cls` from `gymflow.envs.<module>`, or a stand-in when a package it imports is not installed."""
-    try:
-        return getattr(importlib.import_module(f"gymflow.envs.{module}"), cls)
-    except ModuleNotFoundError as e:
-        if not e.name or e.name.split(".")[0] == "gymflow":
-            raise  # our own code is broken, not an optional library missing
-        why = f"environment {name!r} needs the Python module {e.name.split('.')[0]!r}, which is not installed here"
-        return _Unavailable(cls, (), {"why": why})
+def _unavailable(name: str, error: ModuleNotFoundError) -> type[Env]:
+    """A stand-in for environment `name`, whose library `error` says is not installed. Imports stay written out
+    (not importlib), so tests/test_dvc_deps.py sees the code each stage runs."""
+    if not error.name or error.name.split(".")[0] == "gymflow":
+        raise error  # our own code is broken, not an optional library missing
+    why = f"environment {name!r} needs the Python module {error.name.split('.')[0]!r}, which is not installed here"
+    return _Unavailable(name, (), {"why": why})
 
+
+try:
+    from gymflow.envs.wordle import Wordle
+except ModuleNotFoundError as e:
+    Wordle = _unavailable("wordle", e)
+try:
+    from gymflow.envs.textcraft import TextCraft
+except ModuleNotFoundError as e:
+    TextCraft = _unavailable("textcraft", e)
+try:
+    from gymflow.envs.babyai import BabyAI
+except ModuleNotFoundError as e:
+    BabyAI = _unavailable("babyai", e)
+try:
+    from gymflow.envs.sciworld import SciWorld
+except ModuleNotFoundError as e:
+    SciWorld = _unavailable("sciworld", e)
+try:
+    from gymflow.envs.household import Household
+except ModuleNotFoundError as e:
+    Household = _unavailable("household", e)
 
 ENVS: dict[str, type[Env]] = {
-    "maze": _load("maze", "maze", "Maze"),
-    "wordle": _load("wordle", "wordle", "Wordle"),
-    "textcraft": _load("textcraft", "textcraft", "TextCraft"),
-    "babyai": _load("babyai", "babyai", "BabyAI"),
-    "sciworld": _load("sciworld", "sciworld", "SciWorld"),
-    "household": _load("household", "household", "Household"),
-    "colbench": _load("colbench", "colbench", "ColBench"),
-    "colbench_single": _load("colbench_single", "colbench", "ColBenchSingle"),
-    "apps": _load("apps", "apps.env", "Apps"),
+    "maze": Maze,
+    "wordle": Wordle,
+    "textcraft": TextCraft,
+    "babyai": BabyAI,
+    "sciworld": SciWorld,
+    "household": Household,
+    "colbench": ColBench,
+    "colbench_single": ColBenchSingle,
+    "apps": Apps,
 }
 
 
