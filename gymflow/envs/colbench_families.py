@@ -664,6 +664,41 @@ def same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+# ---- trivial functions: what a submission scores without reading any rule ----------------------------------
+CONSTANTS: tuple[Any, ...] = (0, 1, -1, True, False, None, "", [], {})
+DEGENERATE: dict[str, Callable[..., Any]] = {
+    "return the first argument": lambda *args: args[0],
+    "return the last argument": lambda *args: args[-1],
+    "return the arguments": lambda *args: list(args),
+    "return len(the first argument)": lambda *args: len(args[0]),
+    "return str(the first argument).lower()": lambda *args: str(args[0]).lower(),
+}
+
+
+def constant(value: Any) -> Callable[..., Any]:
+    return lambda *args: value
+
+
+def trivial_functions(tests: list[list[Any]]) -> dict[str, Callable[..., Any]]:
+    """A name per function that needs no rule: the usual constants, every output the tests expect (so the best
+    constant of all is among them) and the degenerate ones (an argument back, its length)."""
+    values = [expected for _, expected in tests] + list(CONSTANTS)  # the tests' spelling first: False, not 0
+    out: dict[str, Callable[..., Any]] = {}
+    for value in values:
+        out.setdefault(f"return {value!r}", constant(value))
+    return out | DEGENERATE
+
+
+def passing(fn: Callable[..., Any], tests: list[list[Any]]) -> set[int]:
+    """Which of `tests` `fn` passes, judged as the environment judges a submission (JSON values, `same`)."""
+    return {i for i, (args, expected) in enumerate(tests) if same(call(fn, args), expected)}
+
+
+def trivial_scores(tests: list[list[Any]]) -> dict[str, int]:
+    """How many of `tests` each trivial function passes."""
+    return {name: len(passing(fn, tests)) for name, fn in trivial_functions(tests).items()}
+
+
 def mutants(family: Family, values: Values, rng: random.Random) -> list[tuple[str, Values]]:
     """(knob, values) with one field of one rule changed: to the family's usual value, and to two other draws."""
     out = []
