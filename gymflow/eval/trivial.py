@@ -2,7 +2,7 @@
 
     python -m gymflow.eval.trivial colbench --n 150          # the eval split of instructions.seed 0
 
-Each task's 10 tests are scored for every trivial function (`colbench_families.trivial_functions`: the usual
+Each task's 10 tests are scored for every trivial function (`colbench_families.trivial_passing`: the usual
 constants, every output the task's tests expect, an argument handed back), as the environment scores a
 submission. Per family: the best single function over its tasks (what a policy that learned one constant would
 get), and the mean over tasks of each task's best trivial function (an upper bound for every constant, however
@@ -53,9 +53,14 @@ def floors(tasks: list[Task]) -> dict[str, FamilyFloor]:
         names = list(dict.fromkeys(name for row in rows for name in row))
         means = {name: sum(row.get(name, 0) for row in rows) / (len(rows) * N_TESTS) for name in names}
         best = max(names, key=means.__getitem__)  # the first of equals
-        per_task = [max(row.values()) / N_TESTS for row in rows]
+        per_task = [max(row.values()) for row in rows]  # tests passed, so that 4 of 10 on each task is 0.4
         out[family] = FamilyFloor(
-            family, len(rows), best, means[best], sum(per_task) / len(per_task), max(per_task)
+            family,
+            len(rows),
+            best,
+            means[best],
+            sum(per_task) / (len(rows) * N_TESTS),
+            max(per_task) / N_TESTS,
         )
     return out
 
