@@ -5,11 +5,13 @@ as `rollout` says.
     python -m stages.evaluate sft
     python -m stages.evaluate sweet colbench   # only these of evaluate.envs (SWEET-RL's agents: sweet/dvc.yaml)
 Writes data/rollouts/evaluate/<policy>/<env>.{episodes,turns}.parquet (every episode, token ids included)
-and data/metrics/evaluate/<policy>.json (per environment and difficulty: success, reward, turns, pass@k).
+and data/metrics/evaluate/<policy>.json (per environment and difficulty: success, reward, turns, pass@k, and for
+apps `noop_reward`, the reward of calling complete_task() at once, its floor).
 """
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -43,9 +45,21 @@ def main() -> None:
     tasks = {env: load_tasks("data", env, "eval")[: cfg.limit.get(policy)] for env in cfg.envs}
     metrics = evaluate_policy(policy, model_dir, tasks, cfg, params.rollout, ROLLOUTS)
     write_metrics(f"evaluate/{policy}", metrics)
-    table = Table("policy", *cfg.envs, title="AgentEval: greedy success on the held-out split")
-    table.add_row(policy, *(f"{metrics[e]['all']['success']:.2f}" for e in cfg.envs))
-    Console().print(table)
+    Console().print(summary_table(policy, metrics, cfg.envs))
+
+
+ROWS = {"success": "success", "reward": "reward", "no-op reward": "noop_reward"}  # label -> metrics key
+
+
+def summary_table(policy: str, metrics: dict[str, dict[str, Any]], envs: list[str]) -> Table:
+    """Greedy success and mean reward per environment, and where ending at once pays (apps) the no-op's reward
+    under the policy's: the floor its reward is read against."""
+    table = Table("", *envs, title=f"AgentEval: {policy}, greedy, on the held-out split")
+    for label, key in ROWS.items():
+        cells = [metrics[env]["all"].get(key) for env in envs]
+        if any(cell is not None for cell in cells):
+            table.add_row(label, *("-" if cell is None else f"{cell:.2f}" for cell in cells))
+    return table
 
 
 if __name__ == "__main__":

@@ -76,10 +76,12 @@ def test_the_expert_solves_one_task_of_every_template(env: Apps, split: str) -> 
 
 
 def test_a_no_op_fails_every_task(env: Apps) -> None:
+    """... but earns some reward, and `Apps.noop_reward` (no sandbox; beside every apps evaluation) is it."""
     for task in one_per_template():
         env.reset(task)
         step = env.step(cell("apis.supervisor.complete_task()"))
         assert step.done and step.reward < 1.0 and step.info["passed"] < step.info["tests"]
+        assert Apps.noop_reward(task) == step.reward > 0
 
 
 def test_the_interpreter_persists_across_turns_and_dies_with_the_episode(env: Apps) -> None:

@@ -30,8 +30,10 @@ from gymflow.envs.colbench_families import (
     matched,
     mutants,
     same,
+    trivial_scores,
 )
 from gymflow.envs.instructions import build_splits
+from gymflow.eval.trivial import floors
 from gymflow.models.sampling import Completion
 from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout.engine import SamplingConfig, rollout
@@ -381,6 +383,44 @@ def test_the_tests_catch_a_function_missing_any_one_rule():
             fresh_caught += fails(task, changed)
     assert usual_checked > 140 * 3
     assert fresh_caught >= 0.95 * fresh  # 99% when measured over 700 tasks
+
+
+# The most a function that reads no rule may score, as a family's mean over tasks: a constant passes at most 3 of
+# a task's tests (grade 4, having three grades; password 5, True or False). Measured over 150 eval tasks
+# (docs/results/colbench.md): 0.10-0.28 but grade 0.40 and password 0.50; before the balance, password 0.72.
+FLOOR_BOUND = {"grade": 0.4, "password": 0.5}
+
+
+def test_no_function_that_reads_no_rule_passes_most_tests():
+    """Every constant (0, False, "", [] and each output a task's tests expect) and each degenerate function (an
+    argument handed back, its length) fails most of a task's tests, on every task of a fixed sample; its
+    family's mean stays below the measured bound."""
+    found = floors(list(itertools.islice(ColBench.generate("eval", 11), 140)))
+    assert set(found) == set(FAMILIES)
+    for family, floor in found.items():
+        assert floor.worst_task <= FAMILIES[family].most_same / N_TESTS, floor
+        assert floor.per_task_best <= FLOOR_BOUND.get(family, 0.3), floor
+    assert max(f.most_same for f in FAMILIES.values()) * 2 == N_TESTS  # half, only for a yes/no family
+
+
+def test_a_trivial_function_scores_in_the_sandbox_as_measured():
+    """What `trivial_scores` counts in process is what the environment gives the same function as a submission
+    (its name is its body): the best constant, 0 and the degenerate functions, on one task of three families."""
+    env = make_env("colbench")
+    tasks = by_family(TASKS)
+    for task in [tasks["password"][0], tasks["grade"][0], tasks["products"][0]]:
+        scores = trivial_scores(task.hidden["tests"])
+        best = max(scores, key=scores.__getitem__)  # a constant the tests expect, e.g. "return 'fail'"
+        for body in [
+            best,
+            "return 0",
+            "return args[0]",
+            "return len(args[0])",
+            "return str(args[0]).lower()",
+        ]:
+            env.reset(task)
+            step = env.step(f"submit\ndef {task.hidden['function']}(*args):\n    {body}")
+            assert step.info["passed"] == scores[body], (task.task_id, body, step.observation)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,15 @@
-import pytest
+import io
+import itertools
 
+import pytest
+from rich.console import Console
+from rich.table import Table
+
+from gymflow.envs.apps.env import Apps
+from gymflow.envs.maze import Maze
+from gymflow.eval.agenteval import noop_rewards
 from gymflow.eval.metrics import pass_at_k, success_metrics
+from stages.evaluate import summary_table
 
 
 def test_pass_at_k_by_hand():
@@ -70,3 +79,39 @@ def test_rollout_speed_counts_episodes_steps_and_generated_tokens():
 
     speed = rollout_speed([episode([[1, 2, 3], [4]]), episode([[5, 6]])], seconds=2.0)
     assert speed == {"episodes_per_s": 1.0, "steps_per_s": 1.5, "tokens_per_s": 3}
+
+
+def test_the_noop_floor_per_difficulty_where_ending_at_once_pays():
+    """apps: the mean of each task's no-op reward per difficulty and over all; maze pays nothing for it."""
+    tasks = list(itertools.islice(Apps.generate("eval", 0), 12))
+    floors = noop_rewards("apps", tasks)
+    assert set(floors) == {"all"} | {t.difficulty for t in tasks}
+    for level in {t.difficulty for t in tasks}:
+        mine = [Apps.noop_reward(t) for t in tasks if t.difficulty == level]
+        assert floors[level] == pytest.approx(sum(mine) / len(mine), abs=1e-4)
+    assert 0 < floors["all"] < 1
+    assert noop_rewards("maze", list(itertools.islice(Maze.generate("eval", 0), 3))) == {}
+
+
+def rendered(table: Table) -> list[list[str]]:
+    """The table's body rows as printed (the header is drawn with other lines), each a list of its cells."""
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(table)
+    lines = [line.strip("│ ") for line in console.export_text().splitlines() if line.startswith("│")]
+    return [[cell.strip() for cell in line.split("│")] for line in lines]
+
+
+def test_the_evaluate_table_shows_the_noop_floor_beside_apps_reward():
+    metrics = {
+        "maze": {"all": {"success": 0.5, "reward": 0.5}},
+        "apps": {"all": {"success": 0.0, "reward": 0.3, "noop_reward": 0.52}},
+    }
+    assert rendered(summary_table("sft", metrics, ["maze", "apps"])) == [
+        ["success", "0.50", "0.00"],
+        ["reward", "0.50", "0.30"],
+        ["no-op reward", "-", "0.52"],
+    ]
+    assert [row[0] for row in rendered(summary_table("sft", {"maze": metrics["maze"]}, ["maze"]))] == [
+        "success",
+        "reward",
+    ]

@@ -210,6 +210,13 @@ class Env(ABC):
         return {}
 
     @classmethod
+    def noop_reward(cls, task: Task) -> float | None:
+        """The reward of ending `task` at once without doing it, where the environment pays for that (apps:
+        `complete_task()` passes the checks of what did not happen): the floor a policy finds when none of its
+        rollouts succeeds, to read its reward against. None (the default): ending at once earns nothing."""
+        return None
+
+    @classmethod
     def check_task(cls, task: Task) -> None:
         """Raise `BadTask` unless `task` is this environment's and its hidden dict fits `hidden_schema`: a
         row from outside (a client of `gymflow serve-env`) must fail here, not at a submit turns later."""

@@ -9,8 +9,10 @@ copies instead of computing.
 
 A task hides `difficulty` of its four rules (2, 3 or 4) and states the others in the request. Its 10 unit tests
 are chosen to discriminate: each rule's "mutants" (the reference with that rule at the family's usual value, or
-at another draw) fail at least one of them; a task whose candidate inputs cannot tell some mutant apart is
-skipped. Expected outputs come from running the reference, which is our own code, in this process; model code
+at another draw) fail at least one of them. They are balanced too, so that reward cannot be had without the
+rules: no function that reads no rule (any constant, an argument handed back; `trivial_passing`) passes more
+than the family's `most_same` of them (3; grade 4, having three grades; password 5, a yes/no answer). A task
+whose candidate inputs cannot do both, after `POOLS` draws of them, is skipped. Expected outputs come from running the reference, which is our own code, in this process; model code
 never runs here (`gymflow.sandbox`).
 
 The simulated human (`answer`) matches a question to rules by keywords and states the best-matching rules (at
@@ -32,6 +34,7 @@ from typing import Any
 from gymflow.envs.base import task_rng
 
 N_TESTS = 10
+POOLS = 8  # draws of candidate test inputs before a task is given up
 LEVELS = ["2", "3", "4"]  # how many of a task's four rules are hidden
 MAX_ANSWERED = 2  # rules stated per answer at most (the paper's human answers in two sentences)
 
@@ -62,6 +65,9 @@ class Family:
     usual: Values  # the value a guess without asking would use (one mutant per field)
     inputs: Callable[[random.Random, Values], list[list[Any]]]  # candidate test arguments
     valid: Callable[[Values], bool] = field(default=lambda v: True)
+    # the most of a task's tests one output may have, so a constant fails most of them: as few as the family's
+    # outputs allow (a yes/no family needs half its tests on one answer)
+    most_same: int = 3
 
     @property
     def signature(self) -> str:
@@ -236,7 +242,12 @@ def _grade_inputs(rng: random.Random, v: Values) -> list[list[Any]]:
         latest = min(v["max_late"], (100 - mark) // v["penalty"])  # a later one cannot reach the mark
         for _ in range(6):
             late = rng.randint(0, latest)
-            out += [[mark + v["penalty"] * late, late], [mark + v["penalty"] * late - 1, late]]
+            edge = mark + v["penalty"] * late
+            out += [
+                [edge, late],
+                [edge - 1, late],
+                [rng.randint(edge, 100), late],
+            ]  # the last: a top mark is rare
     out += [[rng.randint(0, 100), rng.randint(0, v["max_late"] + 2)] for _ in range(10)]
     return out
 
@@ -297,6 +308,7 @@ GRADE = Family(
     draws={"max_late": ints(1, 10), "penalty": ints(1, 10), "top": ints(70, 98), "pass_mark": ints(30, 65)},
     usual={"max_late": 7, "penalty": 5, "top": 85, "pass_mark": 50},
     inputs=_grade_inputs,
+    most_same=4,  # three grades
     # a full score one day past the limit would still pass, or the limit could not be told apart
     valid=lambda v: v["pass_mark"] + v["penalty"] * (v["max_late"] + 1) <= 100,
 )
@@ -629,6 +641,7 @@ PASSWORD = Family(
     },
     usual={"min_len": 8, "max_len": 64, "min_digits": 1, "banned": "password"},
     inputs=_password_inputs,
+    most_same=5,  # True or False
 )
 
 FAMILIES: dict[str, Family] = {
@@ -664,6 +677,38 @@ def same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+# ---- trivial functions: what a submission scores without reading any rule ----------------------------------
+CONSTANTS: tuple[Any, ...] = (0, 1, -1, True, False, None, "", [], {})
+DEGENERATE: dict[str, Callable[..., Any]] = {  # by its body, as every trivial function is named
+    "return args[0]": lambda *args: args[0],
+    "return args[-1]": lambda *args: args[-1],
+    "return list(args)": lambda *args: list(args),
+    "return len(args[0])": lambda *args: len(args[0]),
+    "return str(args[0]).lower()": lambda *args: str(args[0]).lower(),
+}
+
+
+def passing(fn: Callable[..., Any], tests: list[list[Any]]) -> set[int]:
+    """Which of `tests` `fn` passes, judged as the environment judges a submission (JSON values, `same`)."""
+    return {i for i, (args, expected) in enumerate(tests) if same(call(fn, args), expected)}
+
+
+def trivial_passing(tests: list[list[Any]]) -> dict[str, set[int]]:
+    """Which of `tests` each function that needs no rule passes, by its body (`def f(*args): <body>`): the usual
+    constants, every output the tests expect (so the best constant of all is among them), the degenerate ones."""
+    values = [expected for _, expected in tests] + list(CONSTANTS)  # the tests' spelling first: False, not 0
+    out: dict[str, set[int]] = {}
+    for value in values:  # a constant needs no call: it is its own (JSON) result
+        if f"return {value!r}" not in out:
+            out[f"return {value!r}"] = {i for i, (_, expected) in enumerate(tests) if same(value, expected)}
+    return out | {name: passing(fn, tests) for name, fn in DEGENERATE.items()}
+
+
+def trivial_scores(tests: list[list[Any]]) -> dict[str, int]:
+    """How many of `tests` each trivial function passes."""
+    return {name: len(cases) for name, cases in trivial_passing(tests).items()}
+
+
 def mutants(family: Family, values: Values, rng: random.Random) -> list[tuple[str, Values]]:
     """(knob, values) with one field of one rule changed: to the family's usual value, and to two other draws."""
     out = []
@@ -678,36 +723,57 @@ def mutants(family: Family, values: Values, rng: random.Random) -> list[tuple[st
 
 
 def choose_tests(family: Family, values: Values, rng: random.Random) -> list[list[Any]] | None:
-    """10 [args, expected] cases that every mutant fails at least once; None if the inputs cannot do it."""
+    """10 [args, expected] cases that every mutant fails at least once and no trivial function passes more than
+    `family.most_same` of; None if `POOLS` draws of candidate inputs cannot do it. Each draw adds to the pool,
+    so a task whose first draw is lopsided (most passwords too short) is balanced by the next."""
     reference = compile_reference(family, values)
-    pool, seen = [], set()
-    for args in family.inputs(rng, values):
-        key = json.dumps(args, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            pool.append(args)
-    expected = [call(reference, args) for args in pool]
-    if any(isinstance(e, dict) and "__error__" in e for e in expected):
-        return None
-    caught: list[set[int]] = []  # per mutant, the candidate cases it fails
-    for _, changed in mutants(family, values, rng):
-        fn = compile_reference(family, changed)
-        caught.append({i for i, args in enumerate(pool) if not same(call(fn, args), expected[i])})
+    changed = [compile_reference(family, v) for _, v in mutants(family, values, rng)]
+    pool: list[list[Any]] = []  # [args, expected]
+    seen: set[str] = set()
+    for _ in range(POOLS):
+        for args in family.inputs(rng, values):
+            key = json.dumps(args, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                pool.append([args, call(reference, args)])
+        if any(isinstance(e, dict) and "__error__" in e for _, e in pool):
+            return None
+        chosen = pick_tests(pool, changed, family.most_same, rng)
+        if chosen is not None:
+            return chosen
+    return None
+
+
+def pick_tests(
+    pool: list[list[Any]], changed: list[Callable[..., Any]], most_same: int, rng: random.Random
+) -> list[list[Any]] | None:
+    """N_TESTS cases of `pool`: greedily those that catch the most mutants (`changed`) not caught yet, then at
+    random, skipping any case that would let a trivial function pass more than `most_same`."""
+    caught = [passing(fn, pool) for fn in changed]  # the cases each mutant passes
+    caught = [set(range(len(pool))) - c for c in caught]  # ... and so fails
+    trivial = list(trivial_passing(pool).values())
     chosen: list[int] = []
+
+    def fits(i: int) -> bool:
+        return i not in chosen and all(len(p.intersection(chosen)) < most_same for p in trivial if i in p)
+
     left = set(range(len(caught)))
     while left:
-        best = max(range(len(pool)), key=lambda i: (sum(i in caught[m] for m in left), -i))
-        if len(chosen) == N_TESTS or not any(best in caught[m] for m in left):
+        score = {i: sum(i in caught[m] for m in left) for i in range(len(pool)) if fits(i)}
+        best = max(score, key=lambda i: (score[i], -i), default=None)
+        if best is None or score[best] == 0 or len(chosen) == N_TESTS:
             return None
         chosen.append(best)
         left = {m for m in left if best not in caught[m]}
-    rest = [i for i in range(len(pool)) if i not in chosen]
+    rest = list(range(len(pool)))
     rng.shuffle(rest)
-    chosen += rest[: N_TESTS - len(chosen)]
+    for i in rest:
+        if len(chosen) < N_TESTS and fits(i):
+            chosen.append(i)
     if len(chosen) < N_TESTS:
         return None
     rng.shuffle(chosen)
-    return [[pool[i], expected[i]] for i in chosen]
+    return [pool[i] for i in chosen]
 
 
 # ---- tasks ----------------------------------------------------------------------------------------------

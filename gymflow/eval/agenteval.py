@@ -1,12 +1,14 @@
 """AgentEval: a policy plays the held-out split of each environment, greedily and with k samples.
 
 Every episode goes to the rollout tables (stage "evaluate"; sample 0 is greedy, 1..k sampled), so results
-can be re-cut in SQL; the summary per environment and difficulty is what `dvc metrics show` reads.
+can be re-cut in SQL; the summary per environment and difficulty is what `dvc metrics show` reads. Where ending a
+task at once earns reward (apps), the summary has `noop_reward` beside `reward`: that floor, over the same tasks.
 An environment whose rollouts were written with the same settings is not played again (resume).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +52,25 @@ def evaluate_policy(
             runs.append(([(t, i) for t in env_tasks for i in range(1, cfg.k + 1)], sampled))
         path = play(policy, runs, cfg.seed, rollout_dir / name, env, info, how, where)
         results[env] = summarize_file(path, cfg.k, ENVS[env].spec.variants)
+        for level, floor in noop_rewards(env, env_tasks).items():
+            if level in results[env]:
+                results[env][level]["noop_reward"] = floor
         if env in BEHAVIOUR_ENVS:  # LOOP's Figure 3a, over every episode of this evaluation
             results[env]["behaviour"] = behaviour_metrics(path.parent, f"env = '{env}'")
     return results
+
+
+def noop_rewards(env: str, tasks: list[Task]) -> dict[str, float]:
+    """Per difficulty and "all", the mean reward of ending each task at once (`Env.noop_reward`), rounded as
+    the metrics are; empty where the environment pays nothing for it."""
+    floors = [(task.difficulty, ENVS[env].noop_reward(task)) for task in tasks]
+    groups: dict[str, list[float]] = defaultdict(list)
+    for level, floor in floors:
+        if floor is None:
+            return {}
+        groups["all"].append(floor)
+        groups[level].append(floor)
+    return {name: round(sum(values) / len(values), 4) for name, values in groups.items()}
 
 
 def summarize_file(path: Path, k: int, variants: int = 0) -> dict[str, Any]:

@@ -137,6 +137,16 @@ class Apps(Env):
         gold = "\n".join(cell["code"] for cell in task.hidden["gold"])
         return super().hidden_text(dataclasses.replace(task, hidden={"gold": gold}))
 
+    @classmethod
+    def noop_reward(cls, task: Task) -> float:
+        """The fraction of the checks that `apis.supervisor.complete_task()` as the first action passes (those
+        of what did not happen), run on the world directly: the same calls and checks as an episode, no sandbox."""
+        initial = build_world(task.hidden["world_seed"])
+        world = World(initial)
+        world.call("supervisor", "complete_task", [], {})
+        results = run_checks(task.hidden, initial, world.state, world.answer, world.completed)
+        return sum(ok for _, ok in results) / len(results)
+
     def _reset(self, task: Task) -> str:
         self.close()
         self.initial = build_world(task.hidden["world_seed"])
