@@ -128,7 +128,10 @@ SWEET = ["offline", "critic", "actor_pairs", "actor", "rft", "mtdpo", "best_of_n
         ("sweet", "mtdpo", {"lr": 0.001}, ["mtdpo"]),
         ("sweet", "best_of_n", {"ns": [1, 2], "tasks": 5}, ["best_of_n"]),
         ("sweet", "critic", {"lr": 0.001}, ["critic"]),
-        ("sft", "lr", 0.01, ["sft", "learn"]),  # rejection fine-tuning has its own lr
+        ("sft", "lr", 0.01, ["sft", "learn", "control"]),  # rejection fine-tuning has its own lr
+        # the filter reruns the learners; AgentEvol's control reads the row count from the last one's metrics
+        ("evol", "keep", "shortest", ["learn"]),
+        ("evol", "lr", 0.001, ["learn", "control"]),
     ],
 )
 def test_editing_a_key_reruns_exactly_the_stages_that_read_it(scratch, section, key, value, rerun):
