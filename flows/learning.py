@@ -16,6 +16,7 @@ against training rows seen, one line per seed and method: the plot's data) and d
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -113,7 +114,18 @@ def table(runs: dict[str, dict[str, dict]]) -> str:
             lines.append(_row(pair, str(seed), p))
         if len(parts) > 1:
             lines.append(_row(pair, f"pooled ({len(parts)})", pool(parts)))
+            lines.append(_between_seeds(pair, parts))
     return "\n".join(lines)
+
+
+def _between_seeds(pair: str, parts: list[Paired]) -> str:
+    """The seeds' mean differences as a sample: their mean and its standard error, which carries the run-to-run
+    noise of training that the pooled per-task SE leaves out."""
+    means = [p.mean for p in parts]
+    mean = sum(means) / len(means)
+    se = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1) / len(means))
+    z = mean / se if se > 0 else math.inf
+    return f"| {pair.replace('_vs_', ' vs ')} | between seeds ({len(parts)}) | | | {mean:+.3f} | {se:.3f} | {z:+.1f} | {len(parts)} seeds |"
 
 
 def _row(pair: str, seed: str, p: Paired) -> str:
@@ -124,7 +136,8 @@ def _row(pair: str, seed: str, p: Paired) -> str:
 
 
 def curve(runs: dict[str, dict[str, dict]]) -> list[dict]:
-    """Held-out success against training rows seen since SFT (0 for the SFT agent), per seed and method."""
+    """Held-out success against the rows an agent trained on after the SFT agent (each AgentEvol iteration
+    retrains the SFT agent on its own rows; RL: its episodes), per seed and method; 0 for the SFT agent."""
     rows = []
     for seed in SEEDS:
         run = runs.get(name(seed), {})
@@ -140,11 +153,9 @@ def curve(runs: dict[str, dict[str, dict]]) -> list[dict]:
         }
         rows.append({"seed": seed, "method": "sft", "rows": 0, "success": success["sft"]})
         for method, points in (("agentevol", ("evol1", "evol2")), ("control", ("control",))):
-            seen = 0
             for p in points:
                 if success[p] is not None and steps[p] is not None:
-                    seen = steps[p] if method == "control" or p == "evol1" else seen + steps[p]
-                    rows.append({"seed": seed, "method": method, "rows": seen, "success": success[p]})
+                    rows.append({"seed": seed, "method": method, "rows": steps[p], "success": success[p]})
         if success["rl"] is not None:
             episodes = run.get("rl", {}).get("episodes")
             rows.append({"seed": seed, "method": "rl", "rows": episodes or 0, "success": success["rl"]})
@@ -166,8 +177,8 @@ def plot(rows: list[dict]) -> str:
                 mode="lines+markers",
             )
     fig.update_layout(
-        title="Held-out maze success against training rows since SFT (RL: episodes)",
-        xaxis_title="rows trained on since the SFT agent",
+        title="Held-out maze success against the rows trained on after SFT (RL: episodes)",
+        xaxis_title="rows trained on after the SFT agent",
         yaxis_title="greedy success, held-out",
     )
     return fig.to_html(include_plotlyjs=True, full_html=True)

@@ -45,10 +45,12 @@ def test_the_table_lists_each_seed_and_pools_them():
     pooled = pool([Paired(1000, 0.06, 0.35, 0.58, 0.52), Paired(1000, 0.02, 0.30, 0.55, 0.53)])
     assert lines[4].startswith("| evol2 vs control | pooled (2) | 0.565 | 0.525 | +0.040 |")
     assert f"| {pooled.se:.3f} |" in lines[4] and pooled.n == 2000
-    assert math.isclose(pooled.mean, 0.04) and len(lines) == 5  # the head's run is not a seed
+    assert math.isclose(pooled.mean, 0.04) and len(lines) == 6  # the head's run is not a seed
+    # between seeds: means 0.06 and 0.02, sd 0.0283, SE 0.02
+    assert lines[5] == "| evol2 vs control | between seeds (2) | | | +0.040 | 0.020 | +2.0 | 2 seeds |"
 
 
-def test_the_curve_counts_rows_trained_since_sft():
+def test_the_curve_counts_the_rows_each_agent_trained_on_after_sft():
     def ev(x):
         return {"maze": {"all": {"success": x}}}
 
@@ -58,7 +60,7 @@ def test_the_curve_counts_rows_trained_since_sft():
     }  # fmt: skip
     rows = learning.curve({"learning-s0": run})
     assert [(r["method"], r["rows"], r["success"]) for r in rows] == [
-        ("sft", 0, 0.5), ("agentevol", 100, 0.55), ("agentevol", 220, 0.6), ("control", 120, 0.52)
+        ("sft", 0, 0.5), ("agentevol", 100, 0.55), ("agentevol", 120, 0.6), ("control", 120, 0.52)
     ]  # fmt: skip
     assert "<html>" in learning.plot(rows)
 
