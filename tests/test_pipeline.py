@@ -110,7 +110,7 @@ def evaluation(repo):
 
 def test_evaluate_stores_every_episode_and_its_metrics_agree_with_sql(repo):
     metrics = evaluation(repo)
-    assert set(metrics) == {"init", "sft", "evol1", "evol2", "rl"} and set(metrics["sft"]) == {
+    assert set(metrics) == {"init", "sft", "evol1", "evol2", "rl", "control"} and set(metrics["sft"]) == {
         "maze",
         "wordle",
     }
@@ -235,6 +235,22 @@ def test_agentevol_explores_with_each_iterations_agent_and_learns_from_what_the_
     assert all(float(r["maze"]) == metrics[r["policy"]]["maze"]["all"]["success"] for r in plot)
 
 
+def test_compare_pairs_each_method_with_its_baseline_on_the_same_held_out_tasks(repo):
+    from gymflow.eval.compare import greedy_success, paired
+
+    compare = json.loads((repo / "data/metrics/compare.json").read_text())
+    assert "AVX-512 BF16" in compare.pop("cpu")  # "Intel ..., AVX-512 BF16" or "..., no AVX-512 BF16"
+    assert set(compare) == {"evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft"}
+    rollouts = repo / "data/rollouts/evaluate"
+    for pair, by_env in compare.items():
+        method, baseline = pair.split("_vs_")
+        for env, found in by_env.items():
+            again = paired(greedy_success(rollouts, method, env), greedy_success(rollouts, baseline, env))
+            assert found["n"] == again.n == len(greedy_success(rollouts, "sft", env)) > 0
+            assert found["mean"] == pytest.approx(again.mean) and found["se"] == pytest.approx(again.se)
+    assert (repo / "data/compare/default.md").read_text().startswith("| method | baseline | env |")
+
+
 def test_a_change_to_one_iterations_settings_leaves_the_earlier_ones_alone(repo):
     original = (repo / "params.yaml").read_text()
     params = yaml.safe_load(original)
@@ -247,8 +263,9 @@ def test_a_change_to_one_iterations_settings_leaves_the_earlier_ones_alone(repo)
     changed = {
         line.rstrip(":") for line in out.splitlines() if line.endswith(":") and not line.startswith("\t")
     }
-    # the plot reads the iterations' names; `params` checks the whole file, and its output does not change
-    assert changed == {"params", "explore@evol2", "learn@evol2", "plot_evol"}
+    # the plot and the comparison read the iterations' names, the control the last one's overrides (its lr);
+    # `params` checks the whole file, and its output does not change
+    assert changed == {"params", "explore@evol2", "learn@evol2", "plot_evol", "control", "compare"}
 
 
 def test_learn_from_init_starts_from_the_initial_weights_and_last_from_the_explorer(repo):
