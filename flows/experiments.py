@@ -59,6 +59,39 @@ def completed(
     return found
 
 
+def overrides(params: dict, settings: dict[str, object]) -> list[str]:
+    """`dvc exp run -S` arguments that set each dotted key of `settings` over `params` (params.yaml as loaded).
+    DVC merges a dict given with -S into the one in params.yaml, so a dict's keys that `settings` drops are
+    removed (`~key`) and the ones it keeps set one by one."""
+    out = []
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            current = params
+            for part in key.split("."):
+                current = current.get(part) or {}
+            out += [f"~{key}.{k}" for k in current if k not in value]
+            out += [
+                f"{key}.{k}={hydra(v)}" if k in current else f"+{key}.{k}={hydra(v)}"
+                for k, v in value.items()
+            ]
+        else:
+            out.append(f"{key}={hydra(value)}")
+    return out
+
+
+def hydra(value: object) -> str:
+    """A value as a Hydra override writes it: null, booleans in lower case, lists and dicts in flow style."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(hydra(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{hydra(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
 def cell(values: list[float]) -> str:
     """A mean over seeds, with the range when there is more than one."""
     spread = f" ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else ""

@@ -27,7 +27,7 @@ from prefect import flow
 
 from flows.command_line import parse
 from flows.experiments import experiment, finished, publish
-from flows.pretrained_track import _hydra
+from flows.experiments import overrides as experiment_overrides
 from gymflow.config import load_params
 from gymflow.eval.compare import Paired, pool
 from gymflow.store.io import write_csv, write_text
@@ -72,22 +72,8 @@ def name(seed: int) -> str:
 
 
 def overrides(params: dict, seed: int) -> list[str]:
-    """`dvc exp run -S` arguments for one seed. DVC merges a dict given with -S into the one in params.yaml, so
-    the keys the regime drops are removed (`~key`) and the ones it keeps set one by one."""
-    out = []
-    for key, value in {**REGIME, **dict.fromkeys(SEEDED, seed)}.items():
-        if isinstance(value, dict):
-            current = params
-            for part in key.split("."):
-                current = current.get(part) or {}
-            out += [f"~{key}.{k}" for k in current if k not in value]
-            out += [
-                f"{key}.{k}={_hydra(v)}" if k in current else f"+{key}.{k}={_hydra(v)}"
-                for k, v in value.items()
-            ]
-        else:
-            out.append(f"{key}={_hydra(value)}")
-    return out
+    """`dvc exp run -S` arguments for one seed: `REGIME` and the seed of every draw over params.yaml."""
+    return experiment_overrides(params, {**REGIME, **dict.fromkeys(SEEDED, seed)})
 
 
 def summaries(run: dict[str, dict], pair: str) -> Paired | None:

@@ -28,7 +28,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 from prefect import flow
 
 from flows.command_line import parse
-from flows.experiments import cell, experiment, finished, publish
+from flows.experiments import cell, experiment, finished, hydra, publish
+from flows.experiments import overrides as experiment_overrides
 from gymflow.config import load_params
 
 SEEDS = (0, 1)
@@ -77,40 +78,15 @@ def loop_name(seed: int) -> str:
 
 
 def overrides(params: dict, seed: int, model: str) -> list[str]:
-    """`dvc exp run -S` arguments for one seed. DVC merges a dict given with -S into the one in params.yaml, so
-    the keys the track drops are removed (`~key`) and the ones it keeps set one by one."""
-    out = []
-    for key, value in {**TRACK, "model.name_or_path": model, "sft.seed": seed, "evol.seed": seed}.items():
-        if isinstance(value, dict):
-            current = params
-            for part in key.split("."):
-                current = current.get(part) or {}
-            out += [f"~{key}.{k}" for k in current if k not in value]
-            out += [
-                f"{key}.{k}={_hydra(v)}" if k in current else f"+{key}.{k}={_hydra(v)}"
-                for k, v in value.items()
-            ]
-        else:
-            out.append(f"{key}={_hydra(value)}")
-    return out
+    """`dvc exp run -S` arguments for one seed: `TRACK`, the model and the seed over params.yaml."""
+    return experiment_overrides(
+        params, {**TRACK, "model.name_or_path": model, "sft.seed": seed, "evol.seed": seed}
+    )
 
 
 def loop_overrides(params: dict, model: str) -> list[str]:
     """`dvc exp run -S` arguments for the LOOP run: the track's for `LOOP_SEED`, then `LOOP`."""
-    return overrides(params, LOOP_SEED, model) + [f"{key}={_hydra(value)}" for key, value in LOOP.items()]
-
-
-def _hydra(value: object) -> str:
-    """A value as a Hydra override writes it: null, lists and dicts in flow style."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ",".join(_hydra(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_hydra(v)}" for k, v in value.items()) + "}"
-    return str(value)
+    return overrides(params, LOOP_SEED, model) + [f"{key}={hydra(value)}" for key, value in LOOP.items()]
 
 
 def success(run: dict[str, dict], policy: str) -> float | None:

@@ -13,7 +13,7 @@ from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve
 from gymflow.stage import main_process, run_stage, write_metrics
-from gymflow.train.evol import matched_set, sft_rows
+from gymflow.train.evol import learner, matched_set, sft_rows
 from gymflow.train.sft import train_sft
 
 
@@ -32,8 +32,7 @@ def main() -> None:
     tokenizer = load_tokenizer(resolve("data/models/init"))
     sft = sft_rows(Path("data/rollouts/trajectories"), list(params.sft.envs), tokenizer)
     data = matched_set(sft, params.sft.envs, rows, settings.seed)
-    start = {"init": "init", "sft": "sft", "last": explorer}[settings.learn_from]
-    cfg = params.sft.model_copy(update={"seed": settings.seed, "lr": settings.lr or params.sft.lr})
+    start, cfg = learner(settings, explorer, params.sft)
     metrics = train_sft(
         resolve(Path("data/models") / start),
         Path("data/models/control"),

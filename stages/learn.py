@@ -13,7 +13,7 @@ from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.models.build import load_tokenizer, resolve
 from gymflow.stage import ITERATION, iteration_arg, main_process, run_stage, write_metrics
-from gymflow.train.evol import kept_episodes, learning_set, sft_rows, write_kept
+from gymflow.train.evol import kept_episodes, learner, learning_set, sft_rows, write_kept
 from gymflow.train.sft import train_sft
 
 
@@ -33,8 +33,7 @@ def main() -> None:
     sft_envs = list(params.sft.envs)
     sft = sft_rows(Path("data/rollouts/trajectories"), sft_envs, tokenizer) if settings.merge_sft else {}
     data = learning_set(by_env, sft, params.sft.envs, settings.epochs, settings.seed)
-    start = {"init": "init", "sft": "sft", "last": explorer}[settings.learn_from]
-    cfg = params.sft.model_copy(update={"seed": settings.seed, "lr": settings.lr or params.sft.lr})
+    start, cfg = learner(settings, explorer, params.sft)
     metrics = train_sft(
         resolve(Path("data/models") / start),
         Path("data/models") / name,

@@ -18,7 +18,7 @@ import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import EvolSettings, RolloutParams
+from gymflow.config import EvolSettings, RolloutParams, SFTParams
 from gymflow.envs.base import Task
 from gymflow.rollout.distributed import Placement
 from gymflow.rollout.engine import SamplingConfig, episode_tokens
@@ -140,6 +140,13 @@ def learning_set(
     base = [row for env in envs for row in (sft.get(env, []) + kept.get(env, [])) * passes.get(env, 1)]
     whole, fraction = divmod(epochs, 1)
     return base * int(whole) + random.Random(seed).sample(base, round(fraction * len(base)))
+
+
+def learner(settings: EvolSettings, explorer: str, sft: SFTParams) -> tuple[str, SFTParams]:
+    """Where an iteration's learning starts (the agent under data/models) and how it trains: SFT's settings
+    with the iteration's seed and learning rate. AgentEvol's control starts and trains the same way."""
+    start = {"init": "init", "sft": "sft", "last": explorer}[settings.learn_from]
+    return start, sft.model_copy(update={"seed": settings.seed, "lr": settings.lr or sft.lr})
 
 
 def matched_set(sft: dict[str, list[Row]], passes: dict[str, int], rows: int, seed: int) -> list[Row]:
