@@ -22,10 +22,10 @@ ROLLOUTS = Path("data/rollouts/evaluate")
 
 
 def cpu() -> str:
-    """The processor's name and whether it computes bf16 natively (timings differ 2-4x between the two)."""
+    """The processor's name, for the timings beside the table."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if "model name" in line), "")
-    return f"{name or platform.processor() or platform.machine()}, {'AVX-512 BF16' if 'avx512_bf16' in info else 'no AVX-512 BF16'}"
+    return name or platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -59,18 +59,19 @@ def main() -> None:
                         p,
                     )
                 )
-    seconds = {
-        stage: json.loads(path.read_text()).get("wall_seconds")
+    trained = {
+        stage: json.loads(Path(path).read_text())
         for stage, path in (
-            ("sft", Path("data/metrics/sft.json")),
-            (f"learn@{last}", Path(f"data/metrics/learn/{last}.json")),
-            ("control", Path("data/metrics/control.json")),
+            ("sft", "data/metrics/sft.json"),
+            (f"learn@{last}", f"data/metrics/learn/{last}.json"),
+            ("control", "data/metrics/control.json"),
         )
-        if path.exists()
     }
-    note = f"Run on {cpu()}; training seconds: " + ", ".join(f"{k} {v}" for k, v in seconds.items())
+    precision = "bf16" if trained["sft"].get("bf16") else "fp32"  # 2-4x apart on a CPU (README)
+    seconds = ", ".join(f"{stage} {m.get('wall_seconds')}" for stage, m in trained.items())
+    note = f"Run on {cpu()}, training in {precision}; training seconds: {seconds}"
     write_text("data/compare/default.md", "\n".join([*table, "", *lines, "", note, ""]))
-    write_metrics("compare", metrics | {"cpu": cpu()})
+    write_metrics("compare", metrics | {"cpu": cpu(), "precision": precision})
     print("\n".join([*lines, note]))
 
 

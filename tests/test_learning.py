@@ -21,7 +21,7 @@ from tests.test_evol import TASKS, explored, fmt  # noqa: F401 (fixtures)
 
 # a 3x3 maze, by hand: from 0,0 the only way is right; the goal 2,0 lies down
 LAYOUT = [["r", "lrd", "l"], ["d", "ud", "d"], ["ur", "lu", "u"]]
-HAND = Maze.spec and dataclasses.replace(
+HAND = dataclasses.replace(
     TASKS[0],
     task_id="maze-hand",
     instruction="Reach the goal at 2,0.",

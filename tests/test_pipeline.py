@@ -239,7 +239,8 @@ def test_compare_pairs_each_method_with_its_baseline_on_the_same_held_out_tasks(
     from gymflow.eval.compare import greedy_success, paired
 
     compare = json.loads((repo / "data/metrics/compare.json").read_text())
-    assert "AVX-512 BF16" in compare.pop("cpu")  # "Intel ..., AVX-512 BF16" or "..., no AVX-512 BF16"
+    bf16 = json.loads((repo / "data/metrics/sft.json").read_text())["bf16"]
+    assert compare.pop("cpu") and compare.pop("precision") == ("bf16" if bf16 else "fp32")
     assert set(compare) == {"evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft"}
     rollouts = repo / "data/rollouts/evaluate"
     for pair, by_env in compare.items():
@@ -248,7 +249,8 @@ def test_compare_pairs_each_method_with_its_baseline_on_the_same_held_out_tasks(
             again = paired(greedy_success(rollouts, method, env), greedy_success(rollouts, baseline, env))
             assert found["n"] == again.n == len(greedy_success(rollouts, "sft", env)) > 0
             assert found["mean"] == pytest.approx(again.mean) and found["se"] == pytest.approx(again.se)
-    assert (repo / "data/compare/default.md").read_text().startswith("| method | baseline | env |")
+    table = (repo / "data/compare/default.md").read_text()
+    assert table.startswith("| method | baseline | env |") and "training seconds: sft " in table
 
 
 def test_a_change_to_one_iterations_settings_leaves_the_earlier_ones_alone(repo):

@@ -95,7 +95,7 @@ def play(policy: Callable[[Key], str], tasks: list[Task]) -> float:
 
 def ceilings(data_dir: str | Path) -> dict[str, float | int]:
     """Held-out success of the lookup tables fitted on AgentTraj and on the expert over the same train tasks
-    (the first as many as AgentTraj attempted), with the demonstrator's and the expert's own."""
+    (the first as many as AgentTraj attempted), with how many episodes AgentTraj kept of how many."""
     from gymflow.envs.instructions import load_tasks
     from gymflow.rollout.expert import run_expert
     from gymflow.store.io import file_metadata, table_path
