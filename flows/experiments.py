@@ -61,22 +61,27 @@ def completed(
 
 def overrides(params: dict, settings: dict[str, object]) -> list[str]:
     """`dvc exp run -S` arguments that set each dotted key of `settings` over `params` (params.yaml as loaded).
-    DVC merges a dict given with -S into the one in params.yaml, so a dict's keys that `settings` drops are
-    removed (`~key`) and the ones it keeps set one by one."""
+    DVC merges a dict given with -S into the one in params.yaml, so a dict replaces one key at a time, at any
+    depth: the keys `settings` drops are removed (`~key`), the others set, new ones added (`+key`)."""
     out = []
     for key, value in settings.items():
-        if isinstance(value, dict):
-            current = params
-            for part in key.split("."):
-                current = current.get(part) or {}
+        found, current = _lookup(params, key)
+        if isinstance(value, dict) and isinstance(current, dict):
             out += [f"~{key}.{k}" for k in current if k not in value]
-            out += [
-                f"{key}.{k}={hydra(v)}" if k in current else f"+{key}.{k}={hydra(v)}"
-                for k, v in value.items()
-            ]
+            out += overrides(params, {f"{key}.{k}": v for k, v in value.items()})
         else:
-            out.append(f"{key}={hydra(value)}")
+            out.append(f"{key}={hydra(value)}" if found else f"+{key}={hydra(value)}")
     return out
+
+
+def _lookup(params: dict, key: str) -> tuple[bool, object]:
+    """Whether dotted `key` is in `params`, and its value there."""
+    current: object = params
+    for part in key.split("."):
+        if not isinstance(current, dict) or part not in current:
+            return False, None
+        current = current[part]
+    return True, current
 
 
 def hydra(value: object) -> str:

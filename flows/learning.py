@@ -1,17 +1,19 @@
-"""Learning, shown: AgentEvol against its steps-matched control, and RL against SFT, on held-out maze tasks over
-seeds, as DVC experiments (one `dvc exp run --temp` per seed), then one table and one plot.
+"""Learning, shown: AgentEvol, rejection fine-tuning and expert iteration against their steps-matched controls,
+and RL (LOOP, RLOO, GRPO) against SFT, on held-out maze tasks over seeds, as DVC experiments (one
+`dvc exp run --temp` per variant and seed), then one table and one plot.
 
-    python -m flows.learning              # every seed below, then the table and the plot
+    python -m flows.learning              # every variant x seed below, then the table and the plot
     python -m flows.learning --table      # only the table and plot of the experiments already run
 
 The regime is `REGIME` below over params.yaml: maze alone, in its verbal view, from an imperfect (greedy)
 demonstrator's AgentTraj, so the SFT agent has room above it (the lookup table over the same features that
 imitates the shortest-path expert reaches 0.74; `python -m gymflow.eval.ceiling maze`). Each seed draws its
-own tasks, weights, SFT order and exploration (`SEEDED`). Every experiment runs the pipeline's `compare` stage,
-which pairs each method with its baseline on the same held-out tasks; the flow pools those pairs over seeds
-exactly (`gymflow.eval.compare.pool`) and writes data/compare/learning.md (per seed and pooled: method and
-baseline success, the paired difference and its standard error), data/compare/learning.csv (held-out success
-against training rows seen, one line per seed and method: the plot's data) and data/compare/learning.html.
+own tasks, weights, SFT order and exploration (`SEEDED`); each variant (`VARIANTS`) changes only what its method
+needs. Every experiment runs the pipeline's `compare` stage, which pairs each method with its baseline on the
+same held-out tasks; the flow pools those pairs over seeds exactly (`gymflow.eval.compare.pool`) and writes
+data/compare/learning.md (per seed and pooled: method and baseline success, the paired difference and its
+standard error), data/compare/learning.csv (held-out success against training rows or RL episodes, one line
+per seed and method: the plot's data) and data/compare/learning.html.
 """
 
 from __future__ import annotations
@@ -64,16 +66,42 @@ REGIME: dict[str, object] = {
     "sweet.env": "maze",  # not run; sweet.env must be in envs
 }
 SEEDED = ("instructions.seed", "model.seed", "sft.seed", "evol.seed", "rl.seed")
-PAIRS = ("evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft")
+
+# Variant -> its settings over REGIME. Each is one experiment per seed; the stages it does not change (tasks,
+# AgentTraj, SFT, ...) come from DVC's cache, so every variant starts from the same SFT agent of its seed.
+VARIANTS: dict[str, dict[str, object]] = {
+    "agentevol": {},  # REGIME itself: AgentEvol M = 2, its control, and LOOP over 384 episodes
+    # Rejection fine-tuning (LOOP C.2): one round from the SFT agent with AgentEvol's exploration budget
+    # (300 tasks x 8 = two iterations' episodes), every success kept
+    "rft": {"evol.iterations": {"evol1": {"explorer": "sft", "samples": 8}}, "evol.keep": "all"},
+    # Expert iteration (LOOP C.3): each iteration continues from the agent that explored; its control continues
+    # from evol1 too, on the SFT data
+    "ei": {"evol.learn_from": "last"},
+    # RL from the SFT agent over 1,536 episodes (32 iterations of 8 tasks x 6), three presets
+    "loop": {"rl.iterations": 32},
+    "rloo": {"rl.algorithm": "rloo", "rl.iterations": 32},
+    "grpo": {"rl.algorithm": "grpo", "rl.iterations": 32},
+}
+# Variant -> the pairs of its `compare` metrics that the table reports (method_vs_baseline)
+REPORTED: dict[str, tuple[str, ...]] = {
+    "agentevol": ("evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft"),
+    "rft": ("evol1_vs_control", "evol1_vs_sft"),
+    "ei": ("evol2_vs_control", "evol2_vs_sft"),
+    "loop": ("rl_vs_sft",),
+    "rloo": ("rl_vs_sft",),
+    "grpo": ("rl_vs_sft",),
+}
 
 
-def name(seed: int) -> str:
-    return f"learning-s{seed}"
+def name(variant: str, seed: int) -> str:
+    """The experiment's name; AgentEvol's keeps the name its first runs had."""
+    return f"learning-s{seed}" if variant == "agentevol" else f"learning-{variant}-s{seed}"
 
 
-def overrides(params: dict, seed: int) -> list[str]:
-    """`dvc exp run -S` arguments for one seed: `REGIME` and the seed of every draw over params.yaml."""
-    return experiment_overrides(params, {**REGIME, **dict.fromkeys(SEEDED, seed)})
+def overrides(params: dict, variant: str, seed: int) -> list[str]:
+    """`dvc exp run -S` arguments for one experiment: `REGIME`, the variant's settings and the seed of every
+    draw, over params.yaml."""
+    return experiment_overrides(params, {**REGIME, **VARIANTS[variant], **dict.fromkeys(SEEDED, seed)})
 
 
 def summaries(run: dict[str, dict], pair: str) -> Paired | None:
@@ -85,77 +113,100 @@ def summaries(run: dict[str, dict], pair: str) -> Paired | None:
 
 
 def table(runs: dict[str, dict[str, dict]]) -> str:
-    """Markdown: per pair, each seed's paired difference and the pooled one over the seeds that finished."""
+    """Markdown: per variant and pair, each seed's paired difference and the pooled one over the seeds that
+    finished."""
     lines = [
-        "| method vs baseline | seed | method | baseline | paired difference | SE | z | tasks |",
-        "|---|---|---|---|---|---|---|---|",
+        "| variant | method vs baseline | seed | method | baseline | paired difference | SE | z | tasks |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for pair in PAIRS:
-        parts = []
-        for seed in SEEDS:
-            p = summaries(runs.get(name(seed), {}), pair)
-            if p is None:
-                continue
-            parts.append(p)
-            lines.append(_row(pair, str(seed), p))
-        if len(parts) > 1:
-            lines.append(_row(pair, f"pooled ({len(parts)})", pool(parts)))
-            lines.append(_between_seeds(pair, parts))
+    for variant, pairs in REPORTED.items():
+        for pair in pairs:
+            label = f"{variant} | {pair.replace('_vs_', ' vs ')}"
+            parts = []
+            for seed in SEEDS:
+                p = summaries(runs.get(name(variant, seed), {}), pair)
+                if p is None:
+                    continue
+                parts.append(p)
+                lines.append(_row(label, str(seed), p))
+            if len(parts) > 1:
+                lines.append(_row(label, f"pooled ({len(parts)})", pool(parts)))
+                lines.append(_between_seeds(label, parts))
     return "\n".join(lines)
 
 
-def _between_seeds(pair: str, parts: list[Paired]) -> str:
+def _between_seeds(label: str, parts: list[Paired]) -> str:
     """The seeds' mean differences as a sample: their mean and its standard error, which carries the run-to-run
     noise of training that the pooled per-task SE leaves out."""
     means = [p.mean for p in parts]
     mean = sum(means) / len(means)
     se = math.sqrt(sum((m - mean) ** 2 for m in means) / (len(means) - 1) / len(means))
     z = mean / se if se > 0 else math.inf
-    return f"| {pair.replace('_vs_', ' vs ')} | between seeds ({len(parts)}) | | | {mean:+.3f} | {se:.3f} | {z:+.1f} | {len(parts)} seeds |"
+    return f"| {label} | between seeds ({len(parts)}) | | | {mean:+.3f} | {se:.3f} | {z:+.1f} | {len(parts)} seeds |"
 
 
-def _row(pair: str, seed: str, p: Paired) -> str:
+def _row(label: str, seed: str, p: Paired) -> str:
     return (
-        f"| {pair.replace('_vs_', ' vs ')} | {seed} | {p.method:.3f} | {p.baseline:.3f} | {p.mean:+.3f} | "
+        f"| {label} | {seed} | {p.method:.3f} | {p.baseline:.3f} | {p.mean:+.3f} | "
         f"{p.se:.3f} | {p.z:+.1f} | {p.n} |"
     )
 
 
 def curve(runs: dict[str, dict[str, dict]]) -> list[dict]:
-    """Held-out success against the rows an agent trained on after the SFT agent (each AgentEvol iteration
-    retrains the SFT agent on its own rows; RL: its episodes), per seed and method; 0 for the SFT agent."""
+    """Held-out success against what an agent trained on after the SFT agent, per seed and method: rows for
+    AgentEvol, RFT, EI (each iteration retrains its start on its own rows) and the controls, episodes for RL
+    (labelled by its algorithm); 0 for the SFT agent."""
     rows = []
     for seed in SEEDS:
-        run = runs.get(name(seed), {})
-        success = {
-            p: run.get(f"evaluate/{p}", {}).get("maze", {}).get("all", {}).get("success")
-            for p in ("sft", "evol1", "evol2", "control", "rl")
-        }
-        if success["sft"] is None:
-            continue
-        steps = {
-            p: run.get("control" if p == "control" else f"learn/{p}", {}).get("episodes")
-            for p in ("evol1", "evol2", "control")
-        }
-        rows.append({"seed": seed, "method": "sft", "rows": 0, "success": success["sft"]})
-        for method, points in (("agentevol", ("evol1", "evol2")), ("control", ("control",))):
-            for p in points:
-                if success[p] is not None and steps[p] is not None:
-                    rows.append({"seed": seed, "method": method, "rows": steps[p], "success": success[p]})
-        if success["rl"] is not None:
-            episodes = run.get("rl", {}).get("episodes")
-            rows.append({"seed": seed, "method": "rl", "rows": episodes or 0, "success": success["rl"]})
+        for variant in VARIANTS:
+            run = runs.get(name(variant, seed), {})
+            success = {
+                p: run.get(f"evaluate/{p}", {}).get("maze", {}).get("all", {}).get("success")
+                for p in ("sft", "evol1", "evol2", "control", "rl")
+            }
+            if success["sft"] is None:
+                continue
+            if variant == "agentevol":
+                rows.append({"seed": seed, "method": "sft", "rows": 0, "success": success["sft"]})
+            steps = {
+                p: run.get("control" if p == "control" else f"learn/{p}", {}).get("episodes")
+                for p in ("evol1", "evol2", "control")
+            }
+            if variant in ("agentevol", "rft", "ei"):
+                for method, p in (
+                    (variant, "evol1"),
+                    (variant, "evol2"),
+                    (f"control ({variant})", "control"),
+                ):
+                    if success[p] is not None and steps[p] is not None:
+                        rows.append({"seed": seed, "method": method, "rows": steps[p], "success": success[p]})
+            if success["rl"] is not None and variant in ("agentevol", "loop", "rloo", "grpo"):
+                rl = run.get("rl", {})
+                method = f"rl {rl.get('algorithm', variant)}"
+                rows.append(
+                    {
+                        "seed": seed,
+                        "method": method,
+                        "rows": rl.get("episodes") or 0,
+                        "success": success["rl"],
+                    }
+                )
     return rows
 
 
 def plot(rows: list[dict]) -> str:
-    """A self-contained HTML page (plotly.js from the wheel) of `curve`'s rows."""
+    """A self-contained HTML page (plotly.js from the wheel) of `curve`'s rows: per method and seed, its points
+    from the SFT agent's (at 0) in order of rows."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
+    methods = list(dict.fromkeys(r["method"] for r in rows if r["method"] != "sft"))
     for seed in sorted({r["seed"] for r in rows}):
-        for method in ("agentevol", "control", "rl"):
-            line = [r for r in rows if r["seed"] == seed and r["method"] in ("sft", method)]
+        start = [r for r in rows if r["seed"] == seed and r["method"] == "sft"]
+        for method in methods:
+            line = start + sorted(
+                (r for r in rows if r["seed"] == seed and r["method"] == method), key=lambda r: r["rows"]
+            )
             fig.add_scatter(
                 x=[r["rows"] for r in line],
                 y=[r["success"] for r in line],
@@ -164,7 +215,7 @@ def plot(rows: list[dict]) -> str:
             )
     fig.update_layout(
         title="Held-out maze success against the rows trained on after SFT (RL: episodes)",
-        xaxis_title="rows trained on after the SFT agent",
+        xaxis_title="rows trained on after the SFT agent (RL: episodes played)",
         yaxis_title="greedy success, held-out",
     )
     return fig.to_html(include_plotlyjs=True, full_html=True)
@@ -175,16 +226,19 @@ def learning(repo: str = ".", run: bool = True) -> str:
     if run:
         params = load_params(Path(repo) / "params.yaml").model_dump()
         done = finished(repo, HEAD, prefix="data/metrics/")  # a rerun resumes
-        for seed in SEEDS:
-            if name(seed) not in done:
-                experiment.with_options(name=name(seed))(name(seed), overrides(params, seed), repo, TARGETS)
+        for variant in VARIANTS:  # every seed of a variant before the next variant
+            for seed in SEEDS:
+                if name(variant, seed) not in done:
+                    experiment.with_options(name=name(variant, seed))(
+                        name(variant, seed), overrides(params, variant, seed), repo, TARGETS
+                    )
     runs = finished(repo, HEAD, prefix="data/metrics/")
     rows = curve(runs)
     write_csv(Path(repo) / "data/compare/learning.csv", rows, ["seed", "method", "rows", "success"])
     if rows:
         write_text(Path(repo) / "data/compare/learning.html", plot(rows))
     return publish(
-        repo, "learning", table(runs), "AgentEvol and RL against their controls, paired, over seeds"
+        repo, "learning", table(runs), "AgentEvol, RFT, EI and RL against their controls, paired, over seeds"
     )
 
 

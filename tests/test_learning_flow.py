@@ -9,6 +9,7 @@ import yaml
 from dvc.utils.hydra import apply_overrides
 
 import flows.learning as learning
+from flows.experiments import overrides as experiment_overrides
 from gymflow.config import load_params
 from gymflow.eval.compare import Paired, pool
 
@@ -16,7 +17,7 @@ from gymflow.eval.compare import Paired, pool
 def test_the_overrides_make_params_yaml_the_maze_regime_for_the_seed(tmp_path):
     path = tmp_path / "params.yaml"
     shutil.copy("params.yaml", path)
-    apply_overrides(path, learning.overrides(load_params().model_dump(), 2))
+    apply_overrides(path, learning.overrides(load_params().model_dump(), "agentevol", 2))
     params = load_params(path)  # every check of stage `params` holds
     assert params.envs == ["maze"] and params.instructions.views == {"maze": "verbal"}
     assert params.trajectories.demonstrators == {"maze": "greedy"} and params.trajectories.tasks == {
@@ -30,6 +31,27 @@ def test_the_overrides_make_params_yaml_the_maze_regime_for_the_seed(tmp_path):
     assert seeds == (2, 2, 2, 2, 2) and params.rl.tasks == {"maze": 8}
 
 
+def regime(tmp_path, variant):
+    path = tmp_path / f"{variant}.yaml"
+    shutil.copy("params.yaml", path)
+    apply_overrides(path, learning.overrides(load_params().model_dump(), variant, 1))
+    return load_params(path)  # every check of stage `params` holds
+
+
+def test_each_variant_changes_only_what_its_method_needs(tmp_path):
+    base = regime(tmp_path, "agentevol")
+    rft = regime(tmp_path, "rft")  # one round, every success of 8 samples: AgentEvol's exploration budget
+    assert list(rft.evol.iterations) == ["evol1"] and rft.evol.iterations["evol1"].samples == 8
+    assert rft.evol.keep == "all" and rft.evol.at("evol1").samples * rft.evol.tasks["maze"] == 2 * 4 * 300
+    ei = regime(tmp_path, "ei")
+    assert ei.evol.learn_from == "last" and ei.evol.iterations == base.evol.iterations
+    for variant, algorithm in (("loop", "loop"), ("rloo", "rloo"), ("grpo", "grpo")):
+        rl = regime(tmp_path, variant)
+        assert (rl.rl.algorithm, rl.rl.iterations, rl.rl.lr) == (algorithm, 32, base.rl.lr)
+        assert rl.sft == base.sft and rl.evol == base.evol  # the same SFT agent and AgentEvol from the cache
+    assert rft.sft == base.sft and rft.instructions == base.instructions and ei.rl == base.rl
+
+
 def summary(n, mean, sd, method, baseline):
     return {"n": n, "mean": mean, "sd": sd, "method": method, "baseline": baseline}
 
@@ -39,15 +61,18 @@ def test_the_table_lists_each_seed_and_pools_them():
         "learning-s0": {"compare": {"evol2_vs_control": {"maze": summary(1000, 0.06, 0.35, 0.58, 0.52)}}},
         "learning-s1": {"compare": {"evol2_vs_control": {"maze": summary(1000, 0.02, 0.30, 0.55, 0.53)}}},
         "learning-head": {"compare": {"evol2_vs_control": {"maze": summary(100, 0.5, 0.1, 0.9, 0.4)}}},
+        "learning-rft-s0": {"compare": {"evol1_vs_control": {"maze": summary(1000, -0.01, 0.2, 0.5, 0.51)}}},
     }
     lines = learning.table(runs).splitlines()
-    assert lines[2] == "| evol2 vs control | 0 | 0.580 | 0.520 | +0.060 | 0.011 | +5.4 | 1000 |"
+    assert lines[2] == "| agentevol | evol2 vs control | 0 | 0.580 | 0.520 | +0.060 | 0.011 | +5.4 | 1000 |"
     pooled = pool([Paired(1000, 0.06, 0.35, 0.58, 0.52), Paired(1000, 0.02, 0.30, 0.55, 0.53)])
-    assert lines[4].startswith("| evol2 vs control | pooled (2) | 0.565 | 0.525 | +0.040 |")
-    assert f"| {pooled.se:.3f} |" in lines[4] and pooled.n == 2000
-    assert math.isclose(pooled.mean, 0.04) and len(lines) == 6  # the head's run is not a seed
+    assert lines[4].startswith("| agentevol | evol2 vs control | pooled (2) | 0.565 | 0.525 | +0.040 |")
+    assert f"| {pooled.se:.3f} |" in lines[4] and pooled.n == 2000 and math.isclose(pooled.mean, 0.04)
     # between seeds: means 0.06 and 0.02, sd 0.0283, SE 0.02
-    assert lines[5] == "| evol2 vs control | between seeds (2) | | | +0.040 | 0.020 | +2.0 | 2 seeds |"
+    between = "| agentevol | evol2 vs control | between seeds (2) | | | +0.040 | 0.020 | +2.0 | 2 seeds |"
+    assert lines[5] == between
+    # the head's run is not a seed; RFT's one seed is its own row, with no pooled line
+    assert lines[6:] == ["| rft | evol1 vs control | 0 | 0.500 | 0.510 | -0.010 | 0.006 | -1.6 | 1000 |"]
 
 
 def test_the_curve_counts_the_rows_each_agent_trained_on_after_sft():
@@ -58,9 +83,11 @@ def test_the_curve_counts_the_rows_each_agent_trained_on_after_sft():
         "evaluate/sft": ev(0.5), "evaluate/evol1": ev(0.55), "evaluate/evol2": ev(0.6), "evaluate/control": ev(0.52),
         "learn/evol1": {"episodes": 100}, "learn/evol2": {"episodes": 120}, "control": {"episodes": 120},
     }  # fmt: skip
-    rows = learning.curve({"learning-s0": run})
+    rl = {"evaluate/sft": ev(0.5), "evaluate/rl": ev(0.47), "rl": {"episodes": 1536, "algorithm": "rloo"}}
+    rows = learning.curve({"learning-s0": run, "learning-rloo-s0": rl})
     assert [(r["method"], r["rows"], r["success"]) for r in rows] == [
-        ("sft", 0, 0.5), ("agentevol", 100, 0.55), ("agentevol", 120, 0.6), ("control", 120, 0.52)
+        ("sft", 0, 0.5), ("agentevol", 100, 0.55), ("agentevol", 120, 0.6), ("control (agentevol)", 120, 0.52),
+        ("rl rloo", 1536, 0.47),
     ]  # fmt: skip
     assert "<html>" in learning.plot(rows)
 
@@ -73,3 +100,20 @@ def test_control_and_compare_follow_the_last_agentevol_iteration():
         stages["compare"]["deps"]
     )
     assert "control" in stages["evaluate"]["foreach"]
+
+
+def test_overrides_set_nested_dicts_key_by_key_and_add_what_params_lack():
+    params = {
+        "evol": {"iterations": {"evol1": {"explorer": "sft"}, "evol2": {"explorer": "evol1"}}},
+        "rl": {},
+    }
+    args = experiment_overrides(params, {"evol.iterations": {"evol1": {"explorer": "sft", "samples": 8}}})
+    assert args == [
+        "~evol.iterations.evol2",
+        "evol.iterations.evol1.explorer=sft",
+        "+evol.iterations.evol1.samples=8",
+    ]
+    assert experiment_overrides(params, {"rl.lr": 2e-5, "rl.tasks": {"maze": 8}}) == [
+        "+rl.lr=2e-05",
+        "+rl.tasks={maze:8}",
+    ]

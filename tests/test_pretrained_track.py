@@ -37,8 +37,8 @@ def test_a_dict_the_params_lack_is_added_and_keys_dropped_from_one_they_have_are
     params = {"sft": {"envs": {"maze": 3, "babyai": 5}}, "evol": {}}
     args = track.overrides(params, 0, "m")
     assert "~sft.envs.babyai" in args and "sft.envs.maze=1" in args
-    assert "+evol.tasks.maze=150" in args and "+evol.iterations.evol1={explorer:sft}" in args
-    assert "envs=[maze]" in args and "evol.lr=null" in args and "model.name_or_path=m" in args
+    assert "+evol.tasks={maze:150}" in args and "+evol.iterations={evol1:{explorer:sft}}" in args
+    assert "+envs=[maze]" in args and "+evol.lr=null" in args and "+model.name_or_path=m" in args
 
 
 def evaluation(success):
