@@ -2,9 +2,9 @@
 
 The rollout folder is built with gymflow's own writers: expert maze episodes stored as an SFT and an AgentEvol
 policy's evaluation (the SFT replies carry token ids of a tokenizer saved under data/models/sft, the evol1
-ones ids only), an RL group of 4 samples with advantages, and small plots CSVs. A second viewer starts on an empty
-folder, which then gets the evaluation's tables. A screenshot of each view is
-kept in the test's tmp dir and copied to tests/output/screens/ (ignored by git).
+ones ids only), an RL group of 4 samples with advantages, and small plots CSVs; a second viewer starts on an
+empty folder, which then gets the evaluation's tables. A screenshot of each view is kept in the test's tmp dir
+and copied to tests/output/screens/ (ignored by git).
 """
 
 from __future__ import annotations
