@@ -2,8 +2,9 @@
 
 The rollout folder is built with gymflow's own writers: expert maze episodes stored as an SFT and an AgentEvol
 policy's evaluation (the SFT replies carry token ids of a tokenizer saved under data/models/sft, the evol1
-ones ids only), an RL group of 4 samples with advantages, and small plots CSVs. A screenshot of each view is
-kept in the test's tmp dir and copied to tests/output/screens/ (ignored by git).
+ones ids only), an RL group of 4 samples with advantages, and small plots CSVs; a second viewer starts on an
+empty folder, which then gets the evaluation's tables. A screenshot of each view is kept in the test's tmp dir
+and copied to tests/output/screens/ (ignored by git).
 """
 
 from __future__ import annotations
@@ -232,6 +233,98 @@ def test_charts_draw_success_per_env_and_policy_and_the_plots_curves(browser, ur
     shoot(browser, screens, "charts")
 
 
+def rewards(driver) -> list[float]:
+    return [
+        float(r.find_elements(By.TAG_NAME, "td")[7].text)
+        for r in driver.find_elements(By.CSS_SELECTOR, "#episodes tbody tr")
+    ]
+
+
+def click_and_wait(driver, css: str) -> None:
+    """Click a link of the episode list and wait for the new page."""
+    old = driver.find_element(By.ID, "episodes")
+    driver.find_element(By.CSS_SELECTOR, css).click()
+    WebDriverWait(driver, 20).until(EC.staleness_of(old))
+    wait_for(driver, "#episodes")
+
+
+def test_a_column_header_sorts_the_list_one_way_then_the_other_keeping_the_filters(browser, url, screens):
+    browser.get(url + "/?stage=rl")
+    wait_for(browser, "#episodes")
+    assert rewards(browser) != sorted(rewards(browser))  # the group's samples alternate: 1 solved, 1 not
+    click_and_wait(browser, "#sort-reward")
+    assert count(browser) == K and rewards(browser) == sorted(rewards(browser))
+    assert browser.find_element(By.CSS_SELECTOR, "th.sorted").get_attribute("aria-sort") == "ascending"
+    click_and_wait(browser, "#sort-reward")
+    assert rewards(browser) == sorted(rewards(browser), reverse=True)
+    assert browser.find_element(By.CSS_SELECTOR, "th.sorted").get_attribute("aria-sort") == "descending"
+    shoot(browser, screens, "sorted")
+    choose(browser, "success", "0")  # a filter keeps the sort, and the sort the filters
+    assert count(browser) == K // 2 and "sort=reward&order=desc" in browser.current_url
+    assert "stage=rl" in browser.current_url
+
+
+def test_search_finds_the_turns_that_hold_the_text_and_no_others(browser, url, screens, data):
+    from gymflow.store.db import connect
+
+    db = connect(data)  # the first observation of one task: it names the task's goal and start
+    task_id, text = db.execute(
+        "select e.task_id, t.text from turns t join episodes e using (episode_id) "
+        "where e.policy = 'sft' and t.turn = 1 order by e.task_id limit 1"
+    ).fetchone()
+    (episodes,) = db.execute("select count(*) from episodes where task_id = ?", [task_id]).fetchone()
+    browser.get(url + "/")
+    wait_for(browser, "#episodes")
+    browser.find_element(By.ID, "q").send_keys(text.upper())  # any case
+    browser.find_element(By.ID, "search-go").click()
+    wait_for(browser, "#hits")
+    hits = browser.find_elements(By.CSS_SELECTOR, "#hits tbody tr")
+    assert int(browser.find_element(By.ID, "hit-count").text) == len(hits) == episodes
+    assert episodes < 2 * N_TASKS + K  # the other tasks' observations are not listed
+    for hit in hits:
+        cells = hit.find_elements(By.TAG_NAME, "td")
+        assert (cells[4].text, cells[6].text) == (task_id, "user")
+        assert hit.find_element(By.TAG_NAME, "mark").text == text
+    shoot(browser, screens, "search")
+    Select(browser.find_element(By.ID, "role")).select_by_value("assistant")  # it is an observation
+    browser.find_element(By.ID, "search-go").click()
+    WebDriverWait(browser, 20).until(EC.url_contains("role=assistant"))
+    assert browser.find_element(By.ID, "hit-count").text == "0"
+    browser.back()  # a hit opens its episode
+    wait_for(browser, "#hits")
+    browser.find_element(By.CSS_SELECTOR, "#hits tbody tr a.open").click()
+    wait_for(browser, "#episode-id")
+    assert browser.find_element(By.ID, "episode-id").text.split("/")[-2] == task_id
+
+
+def test_an_empty_folder_names_the_stage_that_fills_it_and_tables_written_later_are_seen(
+    browser, data, tmp_path, screens
+):
+    empty = tmp_path / "data"
+    empty.mkdir()
+    port = free_port()
+    cmd = [sys.executable, "-m", "gymflow", "view", "--data", str(empty), "--port", str(port)]
+    with started(cmd, f"http://127.0.0.1:{port}/health", tmp_path / "view.log", timeout=120):
+        browser.get(f"http://127.0.0.1:{port}/")
+        wait_for(browser, "#episodes")
+        assert count(browser) == 0
+        assert browser.find_element(By.ID, "empty").text == (
+            "no episodes yet: run `dvc repro trajectories` (expert episodes) or `dvc repro evaluate@sft`"
+        )
+        shoot(browser, screens, "empty")
+        shutil.copytree(data / "rollouts" / "evaluate", empty / "rollouts" / "evaluate")  # as the stage would
+        browser.refresh()
+        wait_for(browser, "#episodes")
+        assert count(browser) == 2 * N_TASKS and not browser.find_elements(By.ID, "empty")
+        browser.get(f"http://127.0.0.1:{port}/?stage=rl")
+        assert browser.find_element(By.ID, "empty").text == "no rl episodes yet: run `dvc repro rl`"
+        browser.get(f"http://127.0.0.1:{port}/charts")
+        wait_for(browser, "#chart-success svg.main-svg")  # the evaluate episodes, without a restart
+        assert browser.find_element(By.ID, "no-plots").text.startswith(
+            "no data/plots/*.csv yet: `dvc repro rl`"
+        )
+
+
 def test_bad_input_is_a_4xx_page_with_one_line(browser, url, screens):
     cases = {
         "/episode?id=main/none": 404,
@@ -243,11 +336,24 @@ def test_bad_input_is_a_4xx_page_with_one_line(browser, url, screens):
         "/group?env=maze&task_id=x&iteration=": 400,
         "/nowhere": 404,
         "/?policy=x%27%20or%201=1%20--": 200,  # a value, never SQL: no episode has that policy
+        "/?sort=reward%3B%20drop%20view%20episodes": 400,  # a sort key is a column's name from a fixed list
+        "/?sort=reward&order=desc,%20episode_id": 400,
+        "/search?q=" + "x" * 201: 400,
+        "/search?q=x&role=admin": 400,
+        "/search?q=%27%20or%201=1%20--": 200,  # a value: no turn holds it
     }
     for path, status in cases.items():
         assert requests.get(url + path, timeout=10).status_code == status, path
     browser.get(url + "/?policy=x%27%20or%201=1%20--")
     assert count(browser) == 0
+    browser.get(url + "/search?q=%27%20or%201=1%20--")
+    assert browser.find_element(By.ID, "hit-count").text == "0"
+    browser.get(url + "/?sort=reward%3B%20drop%20view%20episodes")
+    assert browser.find_element(By.ID, "error").text.startswith(
+        "sort must be one of stage, iteration, policy"
+    )
+    browser.get(url + "/")
+    assert count(browser) == 2 * N_TASKS + K  # still there
     browser.get(url + "/episode?id=main/none")
     assert (
         browser.find_element(By.ID, "error").text == "no episode 'main/none'; pick one from the episode list"

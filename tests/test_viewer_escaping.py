@@ -65,7 +65,7 @@ def test_charts_keep_hostile_names_as_data(client):
 
 
 def test_the_other_pages_escape_the_names_too(client):
-    for path in ("/", "/?policy=" + EVIL):
+    for path in ("/", "/?policy=" + EVIL, "/?sort=policy&order=desc", "/search?q=a", "/search?q=" + EVIL):
         html = client.get(path).text
         assert EVIL not in html
         assert not any("pwned" in s for s in scripts(html))

@@ -2,10 +2,11 @@
 
     gymflow view --port 8300       # then open http://127.0.0.1:8300
 
-Every query is parameterised (user input is never part of the SQL text), the database reads and writes no
-file after start-up, and a bad request (unknown episode, a filter that is not a number) is a 4xx page with one
-line. Charts are drawn by plotly.js, served from the installed `plotly` package: nothing comes from the
-internet at run time.
+Every query is parameterised (user input is never part of the SQL text; a sort column is picked from a fixed
+list), the database reads and writes no file itself, and a bad request (unknown episode, a filter that is not a
+number, an unknown sort column) is a 4xx page with one line. A request after a stage has written, replaced or
+removed a table's file reopens the tables, so no page needs a restart to be current. Charts are drawn by
+plotly.js, served from the installed `plotly` package: nothing comes from the internet at run time.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import math
+import re
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 
 import duckdb
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
@@ -30,12 +32,50 @@ from starlette.exceptions import HTTPException
 from gymflow.errors import UserError
 from gymflow.serving import listen
 from gymflow.store.db import damaged_file, read_only
+from gymflow.store.schema import TABLES
 
 HERE = Path(__file__).parent
 FILTERS = ("stage", "iteration", "policy", "env", "difficulty", "success", "min_reward", "max_reward")
 TEXT_FILTERS = ("stage", "policy", "env", "difficulty")  # compared with `=`, as given
 PAGE = 100  # episodes per page
-PLOTS = ("rl.csv", "evol.csv", "sft.csv")  # the per-iteration curves `dvc plots` draws (dvc.yaml)
+# The list's columns and their headings: the only names an ORDER BY is built from.
+SORTS = {
+    "stage": "stage",
+    "iteration": "it",
+    "policy": "policy",
+    "env": "env",
+    "task_id": "task",
+    "difficulty": "difficulty",
+    "sample": "sample",
+    "reward": "reward",
+    "success": "success",
+    "turns": "turns",
+    "end_reason": "end",
+}
+ORDER = (
+    "stage, iteration, policy, env, task_id, sample, episode_id"  # the default, and every sort's tie-break
+)
+ROLES = ("system", "user", "assistant")
+SEARCH_MAX = 200  # characters in a search
+HITS = 100  # turns a search lists
+# Where a stage's episodes come from: the hint of a page that has none yet.
+WRITERS = {
+    "trajectories": "dvc repro trajectories",
+    "evaluate": "dvc repro evaluate@sft",
+    "explore": "dvc repro explore@evol1",
+    "rl": "dvc repro rl",
+    "offline": "dvc repro sweet/dvc.yaml:offline",
+    "best_of_n": "dvc repro sweet/dvc.yaml:best_of_n",
+}
+
+
+def nothing_yet(what: str) -> str:
+    """The hint of a page with no rows at all: the stages that write the first ones."""
+    return f"no {what} yet: run `{WRITERS['trajectories']}` (expert episodes) or `{WRITERS['evaluate']}`"
+
+
+# The per-iteration curves `dvc plots` draws (dvc.yaml), and the stage that writes each.
+PLOTS = {"rl.csv": "dvc repro rl", "evol.csv": "dvc repro plot_evol", "sft.csv": "dvc repro sft"}
 
 
 class Bad(Exception):
@@ -102,6 +142,46 @@ def episode_filter(params: dict[str, str]) -> tuple[str, list[Any]]:
     return (" where " + " and ".join(clauses)) if clauses else "", args
 
 
+def episode_order(params: dict[str, str]) -> str:
+    """The ORDER BY of the episode list: `sort` must name one of SORTS and `order` be asc or desc, so nothing
+    from the request but a name of that fixed list reaches the SQL text."""
+    sort = params.get("sort", "")
+    order = params.get("order", "asc")
+    if sort and sort not in SORTS:
+        raise Bad(f"sort must be one of {', '.join(SORTS)} (got {sort[:40]!r})")
+    if order not in ("asc", "desc"):
+        raise Bad(f"order must be asc or desc (got {order[:40]!r})")
+    return f"{sort} {order} nulls last, {ORDER}" if sort else ORDER
+
+
+def snippet(text: str, query: str, width: int = 80) -> tuple[str, str, str]:
+    """`text` around the first match of `query` (any case) as (before, match, after), cut to `width` characters
+    either side; the page marks the match, and escapes all three."""
+    found = re.search(re.escape(query), text, re.IGNORECASE)
+    if not found:  # DuckDB's lower() and Python's case folding differ on a few characters
+        return "", "", text[: 2 * width]
+    start, end = found.span()
+    before = ("..." if start > width else "") + text[max(0, start - width) : start]
+    after = text[end : end + width] + ("..." if end + width < len(text) else "")
+    return before, text[start:end], after
+
+
+def tables_state(data: Path) -> frozenset[tuple[str, int, int, int]]:
+    """Each table file's path, inode, size and modification time: a stage that writes one (to a new inode,
+    renamed into place), replaces or removes one changes it. One walk of the folder, so every request can
+    afford it."""
+    suffixes = tuple(f".{t}.parquet" for t in TABLES)
+    state = set()
+    for path in data.rglob("*.parquet"):
+        if path.name.endswith(suffixes):
+            try:
+                st = path.stat()
+            except FileNotFoundError:  # removed since the walk saw it
+                continue
+            state.add((str(path), st.st_ino, st.st_size, st.st_mtime_ns))
+    return frozenset(state)
+
+
 def colour(value: float | None, scale: float) -> str:
     """A background for `value` in [-scale, scale]: red below 0, green above, white at 0 (CSS hsl)."""
     if value is None or not math.isfinite(value):
@@ -161,10 +241,27 @@ def read_plot(path: Path) -> dict[str, Any] | None:
 
 def create_app(data_dir: str | Path = "data") -> FastAPI:
     data = Path(data_dir)
+    # taken before opening: a file written in between makes the next request reopen
+    state = tables_state(data)
     db = read_only(data)  # views over the tables' files; this DuckDB itself reads and writes no file
     lock = threading.Lock()  # one DuckDB connection, shared by the request threads
     templates = Jinja2Templates(directory=HERE / "templates")
-    app = FastAPI(title="gymflow view", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def fresh() -> None:
+        """Before each request: reopen the tables if a stage has changed their files since the last one (the
+        views list the files, and hold each file's footer, as they were at opening)."""
+        nonlocal db, state
+        now = tables_state(data)
+        with lock:
+            if now != state:
+                # a damaged new file raises here, and `state` stays as it was: the next request tries again
+                old, db = db, read_only(data)
+                old.close()  # no query runs on it: they hold the lock
+                state = now
+
+    app = FastAPI(
+        title="gymflow view", docs_url=None, redoc_url=None, openapi_url=None, dependencies=[Depends(fresh)]
+    )
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
     def rows(query: str, args: list[Any] | None = None) -> list[dict[str, Any]]:
@@ -188,6 +285,10 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
     def invalid(request: Request, exc: RequestValidationError) -> HTMLResponse:
         return page(request, "error.html", 400, message="bad request: " + str(exc.errors()[0].get("msg", "")))
 
+    @app.exception_handler(UserError)
+    def data_error(request: Request, exc: UserError) -> HTMLResponse:  # a table file that reopening refused
+        return page(request, "error.html", 500, message=str(exc))
+
     @app.exception_handler(duckdb.Error)
     def query_error(request: Request, exc: duckdb.Error) -> HTMLResponse:
         if damage := damaged_file(exc, data):  # the server's data, not the request, is at fault
@@ -205,10 +306,21 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    def empty_hint(params: dict[str, str]) -> str:
+        """Why the episode list is empty: no episodes at all, none of the chosen stage, or only the filters."""
+        if not rows("select 1 from episodes limit 1"):
+            return nothing_yet("episodes")
+        stage = params.get("stage", "")
+        if stage and not rows("select 1 from episodes where stage = ? limit 1", [stage]):
+            writer = WRITERS.get(stage)
+            return f"no {stage} episodes yet" + (f": run `{writer}`" if writer else "")
+        return "no episode matches these filters"
+
     @app.get("/", response_class=HTMLResponse)
     def episodes(request: Request) -> HTMLResponse:
-        params = {k: v for k, v in request.query_params.items() if k in (*FILTERS, "page")}
+        params = {k: v for k, v in request.query_params.items() if k in (*FILTERS, "page", "sort", "order")}
         where, args = episode_filter(params)
+        order = episode_order(params)
         number = _int(params, "page")
         number = 1 if number is None else number
         if number < 1:
@@ -219,8 +331,7 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
         )[0]
         listed = rows(
             "select episode_id, stage, iteration, policy, env, task_id, difficulty, sample, reward, success, "
-            f"turns, end_reason from episodes{where} order by stage, iteration, policy, env, task_id, sample "
-            "limit ? offset ?",
+            f"turns, end_reason from episodes{where} order by {order} limit ? offset ?",
             [*args, PAGE, (number - 1) * PAGE],
         )
         facets = {
@@ -234,11 +345,52 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
             request,
             "episodes.html",
             params=params,
+            filters={k: v for k, v in params.items() if k in FILTERS},
+            sorts=SORTS,
             summary=summary,
             episodes=listed,
             facets=facets,
             page_number=number,
             pages=pages,
+            empty=empty_hint(params) if not summary["n"] else "",
+        )
+
+    @app.get("/search", response_class=HTMLResponse)
+    def search(request: Request) -> HTMLResponse:
+        """Turns whose text holds `q` (any case), among the episodes the list's filters pick, first HITS only."""
+        params = {k: v for k, v in request.query_params.items() if k in (*FILTERS, "q", "role")}
+        q, role = params.get("q", ""), params.get("role", "")
+        if len(q) > SEARCH_MAX:
+            raise Bad(f"q must be at most {SEARCH_MAX} characters (got {len(q)})")
+        if role and role not in ROLES:
+            raise Bad(f"role must be one of {', '.join(ROLES)} (got {role[:40]!r})")
+        where, args = episode_filter(params)
+        hits = []
+        if q.strip():
+            by_role = " and t.role = ?" if role else ""
+            hits = rows(
+                "select t.episode_id, t.turn, t.role, t.text, e.stage, e.iteration, e.policy, e.env, e.task_id "
+                "from turns t join episodes e using (episode_id) "
+                f"where t.episode_id in (select episode_id from episodes{where}) "
+                f"and contains(lower(t.text), lower(?)){by_role} "
+                "order by e.stage, e.iteration, e.policy, e.env, e.task_id, e.sample, t.episode_id, t.turn "
+                "limit ?",
+                [*args, q, *([role] if role else []), HITS + 1],
+            )
+            for h in hits:
+                h["before"], h["match"], h["after"] = snippet(h["text"] or "", q)
+        empty = "" if rows("select 1 from turns limit 1") else nothing_yet("turns")
+        return page(
+            request,
+            "search.html",
+            q=q,
+            role=role,
+            roles=ROLES,
+            filters={k: v for k, v in params.items() if k in FILTERS},
+            hits=hits[:HITS],
+            more=len(hits) > HITS,
+            limit=HITS,
+            empty=empty,
         )
 
     def conversation(episode_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -360,6 +512,9 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
             plots=plots,
             has_success=bool(success),
             plot_names=[p["name"] for p in plots],
+            no_success=f"no evaluate episodes yet: run `{WRITERS['evaluate']}`",
+            no_plots="no data/plots/*.csv yet: "
+            + ", ".join(f"`{cmd}` writes {name}" for name, cmd in PLOTS.items()),
         )
 
     return app
