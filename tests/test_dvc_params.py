@@ -130,7 +130,7 @@ SWEET = ["offline", "critic", "actor_pairs", "actor", "rft", "mtdpo", "best_of_n
         ("sweet", "critic", {"lr": 0.001}, ["critic"]),
         ("sft", "lr", 0.01, ["sft", "learn", "control"]),  # rejection fine-tuning has its own lr
         # the filter reruns the learners; AgentEvol's control reads the row count from the last one's metrics
-        ("evol", "keep", "shortest", ["learn"]),
+        ("evol", "keep", "all", ["learn"]),
         ("evol", "lr", 0.001, ["learn", "control"]),
     ],
 )
