@@ -63,6 +63,10 @@ class _LogBar(tqdm):
     def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
         super().set_description(desc, refresh=False)
 
+    def moveto(self, n: int) -> None:
+        """Nothing: a log has no lines to move between (a cursor-up code would be a line of its own), and each bar
+        of several (AgentTraj's, one per environment) prints whole lines that name it."""
+
 
 def bar(
     iterable: Iterable[T] | None = None,

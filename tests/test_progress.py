@@ -189,6 +189,7 @@ def test_trajectories_log_each_environment_as_it_plays(tmp_path, monkeypatch) ->
     gather_trajectories(tasks, tmp_path / "r", tmp_path / "j", RunInfo("r", "trajectories", 0, "expert"))
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue()
+    assert all(line.strip().startswith(("maze:", "wordle:")) for line in lines), lines  # no cursor moves
     for env, n in (("maze", 3), ("wordle", 2)):
         mine = [line for line in lines if line.strip().startswith(f"{env}:")]
         assert [f"{k}/{n}" in line for k, line in enumerate(mine[: n + 1])] == [True] * (n + 1), lines
