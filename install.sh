@@ -8,12 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 VLLM="" BROWSER="" PRETRAINED=""
+USAGE="usage: ./install.sh [--vllm] [--browser] [--pretrained]"
 for arg in "$@"; do
     case "$arg" in
         --vllm) VLLM=1 ;;
         --browser) BROWSER=1 ;;
         --pretrained) PRETRAINED=1 ;;
-        *) echo "usage: ./install.sh [--vllm] [--browser] [--pretrained]" >&2 && exit 2 ;;
+        -h|--help) echo "$USAGE" && sed -n '2,7s/^# \{0,1\}//p' "$(basename "$0")" && exit 0 ;;  # the header
+        *) echo "$USAGE" >&2 && exit 2 ;;
     esac
 done
 python3 -m venv .venv

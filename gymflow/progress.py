@@ -4,7 +4,8 @@ On a terminal a bar redraws in place. Written to a file or a pipe (`dvc repro > 
 carriage-return fragment, tens of thousands of them per stage: there a bar prints a whole line at most every
 `LOG_INTERVAL` seconds instead (and one at the start and the end). Hugging Face's own bars (datasets' `map`,
 the Trainer's) have no such mode, so `quiet_hf_progress` turns them off where stderr is not a terminal; the
-Trainer then prints its logged losses as lines.
+Trainer then prints its logged losses as lines. Every long stage draws its bars here (rollouts, AgentTraj,
+DPO, the critic, SWEET's candidates, best-of-N).
 """
 
 from __future__ import annotations
@@ -45,13 +46,26 @@ class _Lines:
 
 
 class _LogBar(tqdm):
-    """A bar whose postfix and description changes wait for the next line rather than print one each."""
+    """A bar whose postfix and description changes wait for the next line rather than print one each.
+
+    A postfix change (the rollout engine sets one every turn) prints a line once the interval has passed
+    since the last one, even where the count has not moved: a long batch whose episodes all end together
+    still shows in a log that it plays on."""
 
     def set_postfix(self, ordered_dict: Any = None, refresh: bool = True, **kwargs: Any) -> None:
         super().set_postfix(ordered_dict, refresh=False, **kwargs)
+        if refresh and not self.disable:
+            now = self._time()
+            if now - self.last_print_t >= self.mininterval:
+                self.refresh()
+                self.last_print_n, self.last_print_t = self.n, now
 
     def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
         super().set_description(desc, refresh=False)
+
+    def moveto(self, n: int) -> None:
+        """Nothing: a log has no lines to move between (a cursor-up code would be a line of its own), and each bar
+        of several (AgentTraj's, one per environment) prints whole lines that name it."""
 
 
 def bar(

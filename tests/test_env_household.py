@@ -6,6 +6,7 @@ from itertools import islice
 import pytest
 from textworld.logic import Proposition, Variable
 
+from gymflow.envs.base import BadTask
 from gymflow.envs.household import (
     LEVELS,
     TASK_PREFIX,
@@ -116,8 +117,9 @@ def test_expert_replans_after_a_detour(env, tasks):
 def test_reset_refuses_a_task_its_game_no_longer_matches(env, tasks):
     task = tasks["2"]
     changed = dataclasses.replace(task, hidden={**task.hidden, "walkthrough": ["look"]})
-    with pytest.raises(RuntimeError, match="differs from the task"):
+    with pytest.raises(BadTask, match="differs from the task"):
         env.reset(changed)
+    assert env.task is None and env.done  # no episode to step: a reset must succeed first
 
 
 def test_compiled_games_are_cached(tasks):

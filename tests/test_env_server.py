@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from gymflow.envs import ENVS, make_env
 from gymflow.envs.babyai import BabyAI
 from gymflow.envs.base import Env, EnvSpec, Step, Task, out_of_turns
+from gymflow.envs.household import Household
 from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.envs.textcraft import TextCraft
@@ -195,6 +196,112 @@ def test_a_well_formed_row_is_played(env):
     assert res.json()["observation"] == make_env(env).reset(build_splits(ENVS[env], 0, 1, seed=0)["eval"][0])
     again = app.post("/reset", json={"id": res.json()["id"], "task": row_with(env, **{"hidden": {}})})
     assert again.status_code == 400  # /reset checks the row as /create does
+
+
+# Rows that fit the schema but not the game, which only building it tells (issue 37, 2.1, household and
+# sciworld): each was a 500 at reset (RuntimeError, Py4JError) or, for a variation past the last, a 200 that played
+# another world than the row names.
+HOUSEHOLD = build_splits(Household, 0, 2, seed=0)["eval"]
+SCIENCE = Task(  # a row as the instructions stage writes one, made by hand: generating costs a simulator run
+    "sciworld", "sciworld-use-thermometer-0", "eval", "use-thermometer", 0, "Measure the temperature.",
+    {"task_name": "use-thermometer", "variation": 0, "gold": ["look around"]},
+)  # fmt: skip
+USE_THERMOMETER = 540  # its variations in ScienceWorld 1.x, train, dev and test together
+WRONG_CONTENT = [  # (task, change, what the 400 says)
+    (HOUSEHOLD[0], {"hidden.walkthrough": ["go north"]}, "hidden.walkthrough is not the walkthrough"),
+    (HOUSEHOLD[0], {"hidden.walkthrough": []}, "the rebuilt game differs from the task"),
+    (HOUSEHOLD[0], {"hidden.walkthrough": HOUSEHOLD[1].hidden["walkthrough"]}, "differs from the task"),
+    (HOUSEHOLD[0], {"hidden.walkthrough": HOUSEHOLD[0].hidden["walkthrough"][::-1]}, "differs from the task"),
+    (HOUSEHOLD[0], {"hidden.walkthrough": ["take it"] * 500}, "differs from the task"),
+    (HOUSEHOLD[0], {"seed": 0}, "the game that seed 0 makes"),
+    (HOUSEHOLD[0], {"seed": 2**32 - 1}, f"seed {2**32 - 1}"),
+    (
+        HOUSEHOLD[0],
+        {"seed": HOUSEHOLD[1].seed},
+        "differs from the task",
+    ),  # another game's seed, this walkthrough
+    (
+        HOUSEHOLD[0],
+        {"hidden.rooms": 4, "hidden.quest_length": 4, "hidden.objects": 8},
+        "differs from the task",
+    ),
+    (SCIENCE, {"hidden.variation": USE_THERMOMETER}, f"variations 0-{USE_THERMOMETER - 1}"),  # another world
+    (SCIENCE, {"hidden.variation": 100_000}, "hidden.variation 100000 is out of range"),
+    (SCIENCE, {"hidden.variation": 2**31}, "out of range"),  # Py4JError: past Java's int
+    (SCIENCE, {"hidden.variation": 2**63}, "out of range"),
+    (SCIENCE, {"hidden.variation": 10**25}, "out of range"),
+]
+
+
+def content_row(task: Task, **change) -> dict:
+    """`task` as a row with `change`'s columns or hidden fields ("hidden.x") replaced."""
+    row, hidden = task.to_row(), dict(task.hidden)
+    for key, value in change.items():
+        if key.startswith("hidden."):
+            hidden[key[7:]] = value
+        else:
+            row[key] = value
+    return {**row, "hidden": hidden}
+
+
+@pytest.mark.parametrize(
+    ("task", "change", "reason"),
+    WRONG_CONTENT,
+    ids=[f"{t.env} " + " ".join(f"{k}={v!r}"[:40] for k, v in c.items()) for t, c, _ in WRONG_CONTENT],
+)
+def test_a_row_its_game_does_not_fit_is_refused_at_create_with_the_reason(task, change, reason):
+    app = TestClient(create_app(task.env, []), raise_server_exceptions=False)
+    res = app.post("/create", json={"task": content_row(task, **change)})
+    assert res.status_code == 400, res.text
+    assert res.json()["error"].startswith(f"task: not a {task.env} task row: ")
+    assert reason in res.json()["error"], res.json()["error"]
+    assert app.get("/health").json()["sessions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("task", "bad", "good"),
+    [
+        (
+            HOUSEHOLD[0],
+            {"hidden.walkthrough": ["look"]},
+            {"hidden.walkthrough": HOUSEHOLD[0].hidden["walkthrough"]},
+        ),
+        (
+            SCIENCE,
+            {"hidden.variation": 10**6},
+            {"hidden.variation": USE_THERMOMETER - 1},
+        ),  # the last one plays
+    ],
+    ids=["household", "sciworld"],
+)
+def test_a_refused_reset_leaves_no_episode_until_a_good_one(task, bad, good):
+    """/reset checks what the game tells as /create does; a session whose reset failed cannot step the half-built
+    game (409) until a reset succeeds. Content a row may differ in (the instruction, gold, seed for sciworld, the
+    other split's variation) is played."""
+    app = TestClient(create_app(task.env, []), raise_server_exceptions=False)
+    sid = app.post("/create", json={"task": content_row(task)}).json()["id"]
+    res = app.post("/reset", json={"id": sid, "task": content_row(task, **bad)})
+    assert res.status_code == 400 and "task: not a" in res.json()["error"], res.text
+    step = app.post("/step", json={"id": sid, "action": "look"})
+    assert step.status_code == 409 and "reset it" in step.json()["error"]
+    other = {"instruction": "Something else.", "seed": 12345} if task.env == "sciworld" else {}
+    other |= {"hidden.gold": []} if task.env == "sciworld" else {"instruction": "", "hidden.textworld": 5}
+    res = app.post("/reset", json={"id": sid, "task": content_row(task, **good, **other)})
+    assert res.status_code == 200, res.text
+    assert app.post("/step", json={"id": sid, "action": "look"}).status_code == 200
+
+
+def test_a_fault_of_the_environment_itself_is_still_a_500(monkeypatch):
+    """Only `BadTask` is the row's fault: any other failure at reset is the server's, a 500 (its log has it)."""
+
+    def broken(self, task):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Maze, "_reset", broken)
+    app = TestClient(create_app("maze", MAZES), raise_server_exceptions=False)
+    res = app.post("/create", json={"task": MAZES[0].to_row()})
+    assert res.status_code == 500 and "the environment failed (RuntimeError)" in res.json()["error"]
+    assert app.get("/health").json()["sessions"] == 0
 
 
 def test_a_finished_episode_answers_409_until_reset(app):

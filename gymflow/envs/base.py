@@ -18,6 +18,8 @@ is a programming error and raises `EpisodeOver`; so is an action that is not a `
 A task that comes from outside (a row sent to `gymflow serve-env`) is checked before it is played:
 `task_of_row` checks the row's columns and `Env.check_task` its `hidden` dict against the environment's
 `hidden_schema`, so a malformed one is refused (`BadTask`) rather than failing halfway through an episode.
+What only the built game can tell (a household walkthrough that is not the one its seed makes, a ScienceWorld
+variation the simulator lacks) `reset` refuses with `BadTask` too, and a failed reset leaves no episode to step.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class NoExpert(RuntimeError):
 
 class BadTask(ValueError):
     """A task row its environment cannot play: a column or a `hidden` field missing, of the wrong type, or
-    out of range. Found when the row arrives, never halfway through an episode."""
+    out of range. Found when the row arrives (`check_task`), or at `reset` where only the game can tell, never
+    halfway through an episode; `gymflow serve-env` answers it with a 400, as the client's mistake."""
 
 
 class Hidden(BaseModel):
@@ -235,7 +238,11 @@ class Env(ABC):
         self.done = False
         self.turns = 0
         self.reward = 0.0
-        return self._reset(task)
+        try:
+            return self._reset(task)
+        except BaseException:
+            self.task, self.done = None, True  # no episode: a step raises EpisodeOver until a reset succeeds
+            raise
 
     def step(self, action: str) -> Step:
         """Play one action. The game's `_step` sees it cleaned (`clean_action`, or `clean_lines` for

@@ -41,7 +41,7 @@ from typing import Any
 
 from pydantic import model_validator
 
-from gymflow.envs.base import Env, EnvSpec, Hidden, NoExpert, Step, Task, echo, task_rng
+from gymflow.envs.base import BadTask, Env, EnvSpec, Hidden, NoExpert, Step, Task, echo, task_rng
 
 # difficulty (walkthrough length) -> game settings
 LEVELS: dict[str, dict[str, int]] = {
@@ -402,9 +402,11 @@ class Household(Env):
             self.game = textworld.start(path, textworld.EnvInfos(**dict.fromkeys(INFOS, True)))
             self.state = self.game.reset()
         if list(self.state.policy_commands) != list(task.hidden["walkthrough"]):
-            raise RuntimeError(
-                f"{task.task_id}: the rebuilt game differs from the task (TextWorld {textworld.__version__}, "
-                f"task made with {task.hidden.get('textworld')}); rebuild the instructions"
+            raise BadTask(  # the row's mistake, or a row made by another TextWorld: either way not this game
+                f"{echo(task.task_id)}: the rebuilt game differs from the task: hidden.walkthrough is not the "
+                f"walkthrough of the game that seed {task.seed} makes with {settings} "
+                f"(TextWorld {textworld.__version__}, task made with {echo(str(task.hidden.get('textworld')))}); "
+                "send the row as the instructions stage wrote it, or rebuild the instructions"
             )
         carrying = compact(self.state.inventory)
         carrying = "" if "nothing" in carrying else f" {carrying}"

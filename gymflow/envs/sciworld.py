@@ -28,7 +28,7 @@ from py4j.protocol import Py4JJavaError
 from pydantic import Field, field_validator
 from scienceworld import ScienceWorldEnv
 
-from gymflow.envs.base import Env, EnvSpec, Hidden, NoExpert, Step, Task, echo, task_rng
+from gymflow.envs.base import BadTask, Env, EnvSpec, Hidden, NoExpert, Step, Task, echo, task_rng
 
 # Task types whose gold paths mostly fit 30 turns, in ScienceWorld's topic order, with their usable (train, test)
 # variation counts: at least this many have a gold path that reaches score 100 within the turn limit
@@ -127,6 +127,16 @@ def load(sw: ScienceWorldEnv, task_name: str, variation: int, gold: bool = False
     sw.load(task_name, variation, SIMPLIFICATION, generateGoldPath=gold)
     sw.server.reset()
     return sw.server.step("look around")
+
+
+MAX_VARIATIONS: dict[str, int] = {}  # task type -> how many variations the simulator has (all splits)
+
+
+def max_variations(sw: ScienceWorldEnv, task_name: str) -> int:
+    """How many variations `task_name` has, asked of the simulator once per process."""
+    if task_name not in MAX_VARIATIONS:
+        MAX_VARIATIONS[task_name] = int(sw.get_max_variations(task_name))
+    return MAX_VARIATIONS[task_name]
 
 
 def verified_gold(sw: ScienceWorldEnv, task_name: str, variation: int, limit: int) -> list[str] | None:
@@ -263,7 +273,13 @@ class SciWorld(Env):
     def _reset(self, task: Task) -> str:
         if self.sw is None:
             self.sw = start_simulator()
-        look = load(self.sw, task.hidden["task_name"], int(task.hidden["variation"]))
+        name, variation = task.hidden["task_name"], int(task.hidden["variation"])
+        if variation >= (count := max_variations(self.sw, name)):
+            # ScienceWorld would load some other world without a word, or fail in the JVM past 2**31
+            raise BadTask(
+                f"hidden.variation {variation} is out of range: {name} has variations 0-{count - 1}"
+            )
+        look = load(self.sw, name, variation)
         self.gold = list(task.hidden["gold"])
         self.progress = 0
         first = f"{task.instruction}\n{compact(look)}"

@@ -106,8 +106,7 @@ def best_of_n(
     try:
         for first in range(0, len(jobs), cfg.batch_size):
             batch = jobs[first : first + cfg.batch_size]
-            episodes += _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool)
-            bar.update(len(batch))
+            episodes += _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool, bar)
     finally:
         bar.close()
         for env in (e for envs in pool.values() for e in envs):
@@ -115,11 +114,14 @@ def best_of_n(
     return episodes
 
 
-def _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool) -> list[Episode]:
+def _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool, bar) -> list[Episode]:
+    """One batch to its end; `bar` counts each episode as it ends."""
     running = start_batch(batch, fmt, horizon, pool)
     results: list[Episode | None] = [None] * len(running)
     live = list(range(len(running)))
+    turn = 0
     while live:
+        turn += 1
         eps = [running[i] for i in live]
         candidates = _candidates(model, fmt, eps, cfg, n, generator)
         picks = choose([ep.task for ep in eps], [ep.ids for ep in eps], candidates)
@@ -127,7 +129,10 @@ def _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool) -> 
             messages = running[i].messages
             results[i] = _advance(running[i], options[pick], fmt, cfg)
             next(m for m in reversed(messages) if m.role == "assistant").critic_score = score
-        live = [i for i in live if results[i] is None]
+        going = [i for i in live if results[i] is None]
+        bar.update(len(live) - len(going))
+        bar.set_postfix(turn=turn)
+        live = going
     return [r for r in results if r is not None]
 
 

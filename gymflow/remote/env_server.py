@@ -26,8 +26,9 @@ What AgentGym's servers lack: a session idle for `ttl` seconds is closed; at mos
 (503 with Retry-After beyond); mistakes are 4xx with {"error": message} (404 unknown or expired session,
 409 a step after the episode ended, 413 a body over `max_body_kb`, 400 anything else malformed, a task row
 that does not fit its environment's schema included: `Env.check_task` refuses it before any environment
-exists, where it would have failed with a 500 at reset or at a submit turns later), never a 200 carrying an
-error; GET /health says how full the server is. Requests of one session run one at a time.
+exists, where it would have failed with a 500 at reset or at a submit turns later, and what only the built game
+can tell, `Env.reset` refuses with `BadTask`, a 400 too), never a 200 carrying an error; a 500 is the server's
+own fault. GET /health says how full the server is. Requests of one session run one at a time.
 """
 
 from __future__ import annotations
@@ -273,7 +274,12 @@ def create_app(
 
     def reset(sid: int, session: Session, task: Task) -> dict[str, Any]:
         with session.lock:
-            session.observation = session.env.reset(task)
+            try:
+                session.observation = session.env.reset(task)
+            except (
+                BadTask
+            ) as e:  # what only the built game tells (a walkthrough, a variation): the row's fault
+                raise BadRequest(f"task: not a {env_name} task row: {e}", "task") from None
             session.truncated = False
         return {
             "id": sid,

@@ -14,10 +14,11 @@ import queue
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from tqdm import tqdm
 
 from gymflow.envs import make_env
 from gymflow.envs.base import Task
+from gymflow.progress import bar as progress_bar
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import Episode, RunInfo, episode_rows
 from gymflow.store.io import file_metadata, is_intact, table_path, write_rows, write_text
@@ -62,23 +63,27 @@ def gather_trajectories(
     die with the stage (`gymflow.workers`): a killed stage leaves no process behind that writes later.
     """
     rollout_dir, json_dir = Path(rollout_dir), Path(json_dir)
-    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-    with Progress(*columns) as progress, manager() as shared:
+    bars: dict[str, tqdm] = {}
+    with manager() as shared, contextlib.ExitStack() as closing:
         done = shared.Queue()  # one env name per task played: the workers' progress
-        bars, jobs = {}, []
+        jobs = []
         with worker_pool(max(1, min(len(tasks), os.cpu_count() or 1))) as pool:
             for env_name, env_tasks in tasks.items():
                 digest = f"{info.config_hash}-{len(env_tasks)}"
                 if is_current(rollout_dir, env_name, digest) and (json_dir / f"{env_name}.json").exists():
-                    progress.console.print(f"{env_name}: up to date, skipped")
+                    print(f"{env_name}: up to date, skipped", flush=True)
                     continue
-                bars[env_name] = progress.add_task(f"{env_name:>10}", total=len(env_tasks))
+                bars[env_name] = closing.enter_context(
+                    progress_bar(
+                        total=len(env_tasks), desc=f"{env_name:>10}", unit="task", position=len(bars)
+                    )
+                )
                 demonstrator = (demonstrators or {}).get(env_name, "expert")
                 args = (env_name, env_tasks, rollout_dir, json_dir, info, digest, done, demonstrator)
                 jobs.append(pool.submit(_gather_env, *args))
             while not all(job.done() for job in jobs) or not done.empty():
                 with contextlib.suppress(queue.Empty):
-                    progress.advance(bars[done.get(timeout=0.2)])
+                    bars[done.get(timeout=0.2)].update()
             for job in jobs:
                 job.result()  # a worker's error surfaces here
 

@@ -16,6 +16,7 @@ stream. Ray runs inside the stage: DVC still runs and records the stage, Prefect
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -95,11 +96,18 @@ class RolloutWorker:
         cfg: SamplingConfig,
         horizon: int | None,
         seed: int | None,
+        tally: Any = None,
     ) -> tuple[int, list[Episode]]:
+        """Play batch `index`; every episode that ends is counted on `tally` (a `Tally` actor) at once."""
         generator = None if seed is None else torch.Generator().manual_seed(seed + index)
+
+        def report(ended: int, tokens: int, turn: int) -> None:
+            if ended and tally is not None:
+                tally.add.remote(ended)  # not waited for
+
         with torch.inference_mode():
             episodes, _ = _play_batch(
-                self.model, self.fmt, batch, cfg, horizon, generator, self.pool, self.make
+                self.model, self.fmt, batch, cfg, horizon, generator, self.pool, self.make, report=report
             )
         return index, episodes
 
@@ -107,6 +115,22 @@ class RolloutWorker:
         for env in (e for envs in self.pool.values() for e in envs):
             env.close()
         self.pool.clear()
+
+
+class Tally:
+    """A Ray actor counting the episodes the workers have finished, so the driver's bar moves per episode and
+    not per batch (a batch of served environments can take many minutes)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self, n: int) -> None:
+        self.count += n
+
+    def take(self) -> int:
+        """The episodes finished since the last call."""
+        n, self.count = self.count, 0
+        return n
 
 
 def ray_rollout(
@@ -141,15 +165,20 @@ def ray_rollout(
     seed = None if generator is None else int(torch.randint(2**62, (1,), generator=generator))
     done: dict[int, list[Episode]] = {}
     bar = progress_bar(total=len(jobs), desc=f"rollout ({len(workers)} ray workers)", unit="ep")
+    tally = ray.remote(num_cpus=0)(Tally).remote()  # no CPU of its own: the workers hold them all
     try:
         pool = ActorPool(workers)
-        for index, episodes in pool.map_unordered(
-            lambda w, b: w.play.remote(b[0], b[1], cfg, horizon, seed), list(enumerate(batches))
-        ):
-            done[index] = episodes
-            bar.update(len(batches[index]))
+        for index, batch in enumerate(batches):
+            pool.submit(lambda w, b: w.play.remote(b[0], b[1], cfg, horizon, seed, tally), (index, batch))
+        while pool.has_next():
+            with contextlib.suppress(TimeoutError):
+                index, episodes = pool.get_next_unordered(timeout=1.0)
+                done[index] = episodes
+            bar.update(min(ray.get(tally.take.remote()), len(jobs) - bar.n))
+        bar.update(len(jobs) - bar.n)  # a count still on its way to the tally
         ray.get([w.close.remote() for w in workers])
     finally:
+        ray.kill(tally)
         bar.close()
         for w in workers:
             ray.kill(w)

@@ -101,20 +101,28 @@ def rollout(
     Returns the episodes in the order of `jobs`; with `early_stop`, only those that finished before it was
     reached. An episode whose environment server failed ends with `end_reason` "error"."""
     episodes: list[Episode] = []
-    bar = progress_bar(total=len(jobs), desc="rollout", unit="ep")
+    envs = sorted({task.env for task, _ in jobs})
+    bar = progress_bar(total=len(jobs), desc=" ".join(["rollout", *envs[:3]]), unit="ep")
     sampled, start = 0, time.perf_counter()
     pool: dict[
         str, list[Env]
     ] = {}  # environments reused batch after batch (a ScienceWorld JVM starts in ~1 s)
+
+    def report(ended: int, tokens: int, turn: int) -> None:
+        """Every turn of every batch: the bar counts each episode as it ends, and shows the turn and speed."""
+        nonlocal sampled
+        sampled += tokens
+        bar.update(ended)
+        bar.set_postfix(turn=turn, tok_s=f"{sampled / (time.perf_counter() - start):.0f}")
+
     try:
         for first in range(0, len(jobs), cfg.batch_size):
             batch = jobs[first : first + cfg.batch_size]
             stop = partial(early_stop.reached, jobs) if early_stop else None
-            done, n = _play_batch(model, fmt, batch, cfg, horizon, generator, pool, make, episodes, stop)
+            done, _ = _play_batch(
+                model, fmt, batch, cfg, horizon, generator, pool, make, episodes, stop, report
+            )
             episodes += done
-            sampled += n
-            bar.update(len(batch))
-            bar.set_postfix(tok_s=f"{sampled / (time.perf_counter() - start):.0f}")
             if stop and stop(episodes):
                 break
     finally:
@@ -145,28 +153,40 @@ def start_batch(
     return running
 
 
+Report = Callable[[int, int, int], None]
+"""Hears after every turn of a batch (turn 0: its resets) how many episodes ended in it and how many tokens
+it sampled: progress per episode, even where a whole evaluation is one batch of served environments."""
+
+
 def _play_batch(
-    model, fmt, batch, cfg, horizon, generator, pool, make=make_env, earlier=(), stop=None
+    model, fmt, batch, cfg, horizon, generator, pool, make=make_env, earlier=(), stop=None, report=None
 ) -> tuple[list[Episode], int]:
-    """Play one batch to the end, or until `stop(earlier + finished)` holds (the rest are cancelled)."""
+    """Play one batch to the end, or until `stop(earlier + finished)` holds (the rest are cancelled); `report`
+    (a `Report`) hears of every turn."""
     running = start_batch(batch, fmt, horizon, pool, make)
     results: list[Episode | None] = [ep.finish("error") if ep.failed else None for ep in running]
     live = [i for i, ep in enumerate(running) if not ep.failed]  # still playing, in the decoder's row order
+    if report:
+        report(len(running) - len(live), 0, 0)
     decoder = None
     if isinstance(model, PreTrainedModel):
         decoder = Decoder(model, len(live), fmt.tokenizer.pad_token_id)
         sample_turn = partial(_decode_turn, decoder, fmt=fmt, cfg=cfg, generator=generator)
     else:
         sample_turn = partial(_request_turn, model, fmt=fmt, cfg=cfg)
-    sampled = 0
+    sampled, turn = 0, 0
     while live:
         replies = sample_turn([running[i] for i in live])
+        turn += 1
+        tokens = sum(len(reply.token_ids) for reply in replies)
+        sampled += tokens
         for i, reply in zip(live, replies, strict=True):
-            sampled += len(reply.token_ids)
             results[i] = _advance(running[i], reply, fmt, cfg)
         going = [row for row, i in enumerate(live) if results[i] is None]
         if decoder is not None and going:
             decoder.keep(going)  # one copy of the cache per turn; every token of the next turn reads it
+        if report:
+            report(len(live) - len(going), tokens, turn)
         live = [live[row] for row in going]
         if live and stop and stop([*earlier, *(r for r in results if r is not None)]):
             break
