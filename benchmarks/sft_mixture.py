@@ -1,0 +1,88 @@
+"""SFT on the default's own mixture: where the stage's time goes, and what the alternatives cost, in one run.
+
+A seeded draw of rows from the mixture stage `sft` trains on (`sft.envs` of params.yaml, as `mixture` builds
+it), trained for one pass under each variant from the same initial model, in the same run:
+- as the stage trains (`sft_args`);
+- without gradient checkpointing (TRL's SFTConfig turns it on; a 0.8M-parameter model does not need the memory);
+- in fp32 and in bf16 autocast (what `sft.bf16` picks on this machine is printed).
+Prints per variant: training tokens per second (real tokens, no padding), the padded tokens per real token the
+length-grouped batches cost, the final loss, and each variant's speed over the stage's.
+
+    python benchmarks/sft_mixture.py [--rows 400] [--seed 0]
+Reads data/rollouts/trajectories and data/models/init (`dvc repro init_model`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from datasets import Dataset
+from rich.console import Console
+from rich.table import Table
+from transformers import AutoModelForCausalLM
+
+from gymflow.config import load_params
+from gymflow.models.build import load_tokenizer
+from gymflow.train.sft import AssistantLossTrainer, mixture, sft_args, use_bf16
+
+
+def timed(cfg, data: list, **changes) -> tuple[float, float, float]:
+    """One pass over `data` under `sft_args(cfg)` with `changes`: real tokens/s, padded/real, final loss."""
+    with tempfile.TemporaryDirectory() as out:
+        tokenized = "input_ids" in data[0]  # as train_sft decides
+        args = replace(sft_args(cfg, Path(out), tokenized), save_strategy="no", disable_tqdm=True, **changes)
+        trainer = AssistantLossTrainer(
+            model=AutoModelForCausalLM.from_pretrained("data/models/init"),
+            args=args,
+            train_dataset=Dataset.from_list(data),
+            processing_class=load_tokenizer("data/models/init"),
+        )
+        padded = sum(batch["input_ids"].numel() for batch in trainer.get_train_dataloader())
+        real = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
+        start = time.perf_counter()
+        loss = trainer.train().training_loss
+        return real / (time.perf_counter() - start), padded / real, loss
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=400, help="rows drawn from the mixture (default 400)")
+    parser.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")
+    args = parser.parse_args()
+    sft = load_params().sft
+    rows = mixture("data/rollouts/trajectories", sft.envs)
+    if not rows:
+        raise SystemExit("no AgentTraj episodes: run `dvc repro trajectories` first")
+    data = random.Random(args.seed).sample(rows, min(args.rows, len(rows)))
+    cfg = sft.model_copy(update={"log_every": 10**6})
+    variants = {
+        "as the stage trains": {},
+        "no gradient checkpointing": {"gradient_checkpointing": False},
+        "fp32, no checkpointing": {"gradient_checkpointing": False, "bf16": False},
+        "bf16 autocast, no checkpointing": {"gradient_checkpointing": False, "bf16": True},
+    }
+    table = Table("variant", "tokens/s", "padded / real", "final loss", "speed / stage's")
+    base = None
+    for name, changes in variants.items():
+        speed, padding, loss = timed(cfg, data, **changes)
+        base = base or speed
+        table.add_row(name, f"{speed:.0f}", f"{padding:.2f}", f"{loss:.4f}", f"{speed / base:.2f}x")
+    Console().print(table)
+    cpu = platform.processor() or platform.machine()
+    print(
+        f"{len(data)} rows of the sft mixture, batch {cfg.batch_size}, {torch.get_num_threads()} threads on "
+        f"{cpu}; sft.bf16 {cfg.bf16} picks {'bf16' if use_bf16(cfg.bf16) else 'fp32'} here"
+    )
+
+
+if __name__ == "__main__":
+    main()
