@@ -47,7 +47,7 @@ def test_each_variant_changes_only_what_its_method_needs(tmp_path):
     assert ei.evol.learn_from == "last" and ei.evol.iterations == base.evol.iterations
     for variant, algorithm in (("loop", "loop"), ("rloo", "rloo"), ("grpo", "grpo")):
         rl = regime(tmp_path, variant)
-        assert (rl.rl.algorithm, rl.rl.iterations, rl.rl.lr) == (algorithm, 32, base.rl.lr)
+        assert (rl.rl.algorithm, rl.rl.iterations, rl.rl.lr) == (algorithm, 16, base.rl.lr)
         assert rl.sft == base.sft and rl.evol == base.evol  # the same SFT agent and AgentEvol from the cache
     assert rft.sft == base.sft and rft.instructions == base.instructions and ei.rl == base.rl
 
