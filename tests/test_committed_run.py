@@ -15,11 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def declared(kind: str) -> list[tuple[str, object]]:
     """(stage, entry) for each `metrics:` or `plots:` entry of the default pipeline's stages."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    return [
-        (name, entry)
-        for name, stage in stages.items()
-        for entry in stage.get("do", stage).get(kind, [])
-    ]
+    return [(name, entry) for name, stage in stages.items() for entry in stage.get("do", stage).get(kind, [])]
 
 
 def test_every_metrics_and_plots_file_is_kept_out_of_the_cache():
