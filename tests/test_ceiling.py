@@ -12,6 +12,7 @@ from gymflow.eval.ceiling import (
     MazeReader,
     TextCraftReader,
     WordleReader,
+    by_difficulty,
     crafting_tree,
     demonstrated,
     first_fitting_answer,
@@ -75,8 +76,8 @@ def test_a_table_fitted_on_the_expert_plays_the_hand_maze():
     demo = demonstrated("maze", [with_view(HAND, "verbal")], "expert")[0]
     pairs = list(states_and_moves(demo, MazeReader))
     assert [a for _, a in pairs] == ["move right", "move down", "move down", "move left"]
-    assert play("maze", LookupPolicy(pairs), [with_view(HAND, "verbal")]) == 1.0
-    assert play("maze", LookupPolicy(pairs), [HAND]) == 1.0  # the coordinate view reads the same keys
+    assert play("maze", LookupPolicy(pairs), [with_view(HAND, "verbal")]) == [True]
+    assert play("maze", LookupPolicy(pairs), [HAND]) == [True]  # the coordinate view reads the same keys
 
 
 # ---- babyai -------------------------------------------------------------------------------------------------
@@ -210,7 +211,16 @@ def test_a_table_fitted_on_the_expert_plays_its_textcraft_task():
     task = make_task("wooden pickaxe")
     pairs = list(states_and_moves(demonstrated("textcraft", [task], "expert")[0], TextCraftReader))
     assert [a for _, a in pairs] == ["get x2 <g.1.1>", "craft x2 <g.1>", "craft x1 <g.2>", "craft x1 <g>"]
-    assert play("textcraft", LookupPolicy(pairs), [task]) == 1.0
+    assert play("textcraft", LookupPolicy(pairs), [task]) == [True]
+    assert play("textcraft", LookupPolicy([]), [task]) == [
+        False
+    ]  # no table: "inventory" until the turns run out
+
+
+def test_success_is_counted_over_all_tasks_and_per_difficulty():
+    tasks = [make_task(goal) for goal in ("wooden pickaxe", "stick", "oak planks")]
+    assert [t.difficulty for t in tasks] == ["3", "2", "1"]
+    assert by_difficulty(tasks, [True, False, True]) == {"all": 2 / 3, "3": 1.0, "2": 0.0, "1": 1.0}
 
 
 # ---- wordle -------------------------------------------------------------------------------------------------
@@ -236,7 +246,7 @@ def test_a_wordle_table_backs_off_to_the_guess_number():
     }  # unseen feedback: what the second guess was
     other.update("l o u s y", "l o u s y -> b b b b b. 4 guesses left.")
     assert table(other) == "t r a c e"  # nothing for a third guess: the fallback, the opener
-    assert play("wordle", table, [task_of("trace")]) == 1.0
+    assert play("wordle", table, [task_of("trace")]) == [True]
 
 
 def task_of(answer: str) -> Task:
@@ -250,4 +260,4 @@ def test_the_first_fitting_answer_reads_every_mark():
         reader.update(" ".join(guess), f"{' '.join(guess)} -> {' '.join(marks)}. 4 guesses left.")
     fitting = [a for a in word_lists()[0] if all(feedback(g, a) == m for g, m in history)]
     assert first_fitting_answer(reader) == " ".join(fitting[0])
-    assert play("wordle", first_fitting_answer, [task_of("shake")]) == 1.0
+    assert play("wordle", first_fitting_answer, [task_of("shake")]) == [True]

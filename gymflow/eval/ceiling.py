@@ -484,10 +484,10 @@ class LookupPolicy:
         return reader.fallback()
 
 
-def play(env_name: str, policy: Callable[[Reader], str], tasks: list[Task]) -> float:
-    """Success of `policy` over `tasks`, played in process within the environment's turn limit."""
+def play(env_name: str, policy: Callable[[Reader], str], tasks: list[Task]) -> list[bool]:
+    """Whether `policy` solves each of `tasks`, played in process within the environment's turn limit."""
     env = make_env(env_name)
-    wins = 0
+    wins: list[bool] = []
     try:
         for task in tasks:
             reader = READERS[env_name](env.reset(task))
@@ -495,12 +495,12 @@ def play(env_name: str, policy: Callable[[Reader], str], tasks: list[Task]) -> f
                 action = policy(reader)
                 step = env.step(action)
                 if step.done:
-                    wins += env.spec.is_success(step.reward)
                     break
                 reader.update(action, step.observation)
+            wins.append(step.done and env.spec.is_success(step.reward))
     finally:
         env.close()
-    return wins / len(tasks)
+    return wins
 
 
 def demonstrated(env_name: str, tasks: list[Task], demonstrator: str) -> list[list[dict[str, str]]]:
@@ -516,15 +516,24 @@ def demonstrated(env_name: str, tasks: list[Task], demonstrator: str) -> list[li
     return [[{"role": m.role, "content": m.text} for m in ep.messages] for ep in episodes]
 
 
-def demonstrator_success(env_name: str, tasks: list[Task], demonstrator: str) -> float:
-    """How often `demonstrator` itself solves `tasks`."""
+def demonstrator_solves(env_name: str, tasks: list[Task], demonstrator: str) -> list[bool]:
+    """Whether `demonstrator` itself solves each of `tasks`."""
     from gymflow.rollout.expert import run_expert
 
     env = make_env(env_name)
     try:
-        return sum(run_expert(env, t, demonstrator=demonstrator).success for t in tasks) / len(tasks)
+        return [run_expert(env, t, demonstrator=demonstrator).success for t in tasks]
     finally:
         env.close()
+
+
+def by_difficulty(tasks: list[Task], solved: list[bool]) -> dict[str, float]:
+    """Success over all tasks ("all") and per difficulty, as data/metrics/evaluate/<policy>.json has it."""
+    groups: dict[str, list[bool]] = defaultdict(list)
+    for task, ok in zip(tasks, solved, strict=True):
+        groups["all"].append(ok)
+        groups[str(task.difficulty)].append(ok)
+    return {d: sum(oks) / len(oks) for d, oks in groups.items()}
 
 
 def fitted(env_name: str, demonstrations: Iterable[list[dict[str, str]]]) -> LookupPolicy:
@@ -545,9 +554,9 @@ def default_demonstrator(data_dir: str | Path, env_name: str) -> str:
 def ceilings(
     data_dir: str | Path, env_name: str = "maze", demonstrator: str | None = None
 ) -> dict[str, object]:
-    """Held-out success of the demonstrator, of the lookup tables fitted on AgentTraj and on the expert over
-    the same train tasks (the first as many as AgentTraj attempted), with how many episodes AgentTraj kept
-    of how many and how often each table decided on its finest key."""
+    """Held-out success (all and per difficulty) of the demonstrator, of the lookup tables fitted on AgentTraj
+    and on the expert over the same train tasks (the first as many as AgentTraj attempted), with how many
+    episodes AgentTraj kept of how many and how often each table decided on its finest key."""
     from gymflow.envs.instructions import load_tasks
     from gymflow.store.io import file_metadata, table_path
     from gymflow.train.sft import conversations
@@ -562,14 +571,18 @@ def ceilings(
         "demonstrator": demonstrator,
         "agenttraj_episodes": len(agenttraj),
         "agenttraj_attempted": attempted,
-        "demonstrator_on_held_out": demonstrator_success(env_name, held_out, demonstrator),
+        "demonstrator_on_held_out": by_difficulty(
+            held_out, demonstrator_solves(env_name, held_out, demonstrator)
+        ),
     }
     for name, demos in (("agenttraj", agenttraj), ("expert", demonstrated(env_name, train, "expert"))):
         table = fitted(env_name, demos)
-        result[f"table_from_{name}"] = play(env_name, table, held_out)
+        result[f"table_from_{name}"] = by_difficulty(held_out, play(env_name, table, held_out))
         result[f"table_from_{name}_finest_key"] = table.levels[0] / max(sum(table.levels.values()), 1)
     if env_name == "wordle":
-        result["first_fitting_answer"] = play(env_name, first_fitting_answer, held_out)
+        result["first_fitting_answer"] = by_difficulty(
+            held_out, play(env_name, first_fitting_answer, held_out)
+        )
     result["held_out_tasks"] = len(held_out)
     return result
 
@@ -584,7 +597,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     for name, value in ceilings(args.data, args.env, args.demonstrator).items():
-        print(f"{name}: {value:.3f}" if isinstance(value, float) else f"{name}: {value}")
+        if isinstance(value, dict):
+            parts = ", ".join(f"{d} {v:.2f}" for d, v in sorted(value.items()) if d != "all")
+            print(f"{name}: {value['all']:.3f} ({parts})")
+        else:
+            print(f"{name}: {value:.3f}" if isinstance(value, float) else f"{name}: {value}")
 
 
 if __name__ == "__main__":
