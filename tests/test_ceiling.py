@@ -65,9 +65,8 @@ def test_the_lookup_table_takes_the_most_frequent_move_and_backs_off():
     assert table(maze_state("down", "up, down", "up")) == "move down"
     # an unseen last move: (goal, open) votes 2-2, and ties go alphabetically
     assert table(maze_state("down", "up, down", "left")) == "move down"
-    assert (
-        table(maze_state("left", "up, left", "none")) == "move left"
-    )  # nothing seen: toward the goal if open
+    # nothing seen: toward the goal where that way is open, else the first open way
+    assert table(maze_state("left", "up, left", "none")) == "move left"
     assert table(maze_state("left", "up", "none")) == "move up"
     assert table.levels == {0: 1, 1: 1, 2: 2}
 
@@ -124,12 +123,18 @@ def test_the_babyai_reader_tracks_the_clause_the_key_and_what_is_carried():
         "grey key 1 (1 ahead, 1 right). Facing: blue locked door 1, 3 steps away. Carrying nothing."
     )
     assert reader.keys()[2] == ("open #0", "seen:locked", "nothing", "seen", "none", "none")
-    reader.update("pick up grey key 1", "You picked up the grey key. You see: blue locked door 1 (2 ahead). "
-                  "Facing: blue locked door 1, 2 steps away. Carrying: grey key.")  # fmt: skip
+    reader.update(
+        "pick up grey key 1",
+        "You picked up the grey key. You see: blue locked door 1 (2 ahead). "
+        "Facing: blue locked door 1, 2 steps away. Carrying: grey key.",
+    )
     assert reader.keys()[2] == ("open #0", "seen:locked", "key", "none", "none", "none")
     assert reader.last == "pick up <key>"
-    reader.update("toggle", "The blue door is now open. You see: blue open door 1 (1 ahead). "
-                  "Facing: blue open door 1, 1 step away. Carrying nothing.")  # fmt: skip
+    reader.update(
+        "toggle",
+        "The blue door is now open. You see: blue open door 1 (1 ahead). "
+        "Facing: blue open door 1, 1 step away. Carrying nothing.",
+    )
     assert reader.clause.color == "grey" and reader.keys()[-1] == ("open #1",)
     assert reader.role("blue open door 1") == "door"  # no longer the target
 
@@ -212,9 +217,8 @@ def test_a_table_fitted_on_the_expert_plays_its_textcraft_task():
     pairs = list(states_and_moves(demonstrated("textcraft", [task], "expert")[0], TextCraftReader))
     assert [a for _, a in pairs] == ["get x2 <g.1.1>", "craft x2 <g.1>", "craft x1 <g.2>", "craft x1 <g>"]
     assert play("textcraft", LookupPolicy(pairs), [task]) == [True]
-    assert play("textcraft", LookupPolicy([]), [task]) == [
-        False
-    ]  # no table: "inventory" until the turns run out
+    # no table: "inventory" until the turns run out
+    assert play("textcraft", LookupPolicy([]), [task]) == [False]
 
 
 def test_success_is_counted_over_all_tasks_and_per_difficulty():
@@ -241,9 +245,8 @@ def test_a_wordle_table_backs_off_to_the_guess_number():
     table = LookupPolicy([(start, "trace"), (after.keys(), "lousy")])
     other = WordleReader("")
     other.update("t r a c e", "t r a c e -> g b b b b. 5 guesses left.")
-    assert table(other) == "l o u s y" and table.levels == {
-        2: 1
-    }  # unseen feedback: what the second guess was
+    # feedback never seen, nor what it implies: the second guess the demonstration made
+    assert table(other) == "l o u s y" and table.levels == {2: 1}
     other.update("l o u s y", "l o u s y -> b b b b b. 4 guesses left.")
     assert table(other) == "t r a c e"  # nothing for a third guess: the fallback, the opener
     assert play("wordle", table, [task_of("trace")]) == [True]
