@@ -18,6 +18,7 @@ from gymflow.eval.ceiling import (
     first_fitting_answer,
     listed_recipes,
     maze_features,
+    misread,
     parse_mission,
     play,
     states_and_moves,
@@ -161,6 +162,24 @@ def test_where_the_mission_says_is_read_while_the_agent_only_turns():
         "move forward", "You see: blue closed door 1 (1 left). Facing: wall, 1 step away. Carrying nothing."
     )
     assert reader.role("blue closed door 1") == "target"  # once it has walked, any door
+
+
+def test_misreading_counts_the_moves_no_demonstration_makes():
+    episode = [
+        {"role": "system", "content": "You are an exploration master."},
+        {
+            "role": "user",
+            "content": "Your goal: go to the red ball\nYou see: red ball 1 (2 ahead). Facing: open floor. "
+            "Carrying nothing.",
+        },
+        {"role": "assistant", "content": "Thought: a ball.\nAction: go to blue ball 1"},  # not in view
+        {"role": "user", "content": 'There is no "blue ball 1" in view.'},
+        {"role": "assistant", "content": "Thought: I should go."},  # no action at all
+        {"role": "user", "content": "No action found."},
+        {"role": "assistant", "content": "Thought: there.\nAction: go to red ball 1"},
+    ]
+    assert misread("babyai", [episode]) == (2, 3)
+    assert [a for _, a in states_and_moves(episode, BabyAIReader)] == ["go to <target>"]
 
 
 # ---- textcraft ----------------------------------------------------------------------------------------------

@@ -438,11 +438,11 @@ READERS: dict[str, type[Reader]] = {
 
 
 # ---- the table, fitted and played ------------------------------------------------------------------------
-def states_and_moves(
-    messages: list[dict[str, str]], reader: type[Reader] = MazeReader
-) -> Iterator[tuple[Keys, str]]:
-    """Each (keys, action in the table's terms) of a demonstration's chat messages, the keys read from what
-    was shown before the move."""
+def read_moves(
+    messages: list[dict[str, str]], reader: type[Reader]
+) -> Iterator[tuple[Keys | None, str | None]]:
+    """Each move of an episode's chat messages as (keys, action in the table's terms), the keys read from what
+    was shown before the move; the action is None where the reader cannot place it (or none was written)."""
     state: Reader | None = None
     played: str | None = None
     for message in messages:
@@ -453,11 +453,24 @@ def states_and_moves(
                 state.update(played, message["content"])
         elif message["role"] == "assistant" and state is not None:
             played = parse_action(message["content"])
-            if played is None:
-                continue
-            keys, abstract = state.keys(), state.abstract(played)
-            if keys is not None and abstract is not None:
-                yield keys, abstract
+            yield state.keys(), None if played is None else state.abstract(played)
+
+
+def states_and_moves(
+    messages: list[dict[str, str]], reader: type[Reader] = MazeReader
+) -> Iterator[tuple[Keys, str]]:
+    """Each (keys, action in the table's terms) of a demonstration, where both can be read."""
+    for keys, abstract in read_moves(messages, reader):
+        if keys is not None and abstract is not None:
+            yield keys, abstract
+
+
+def misread(env_name: str, episodes: Iterable[list[dict[str, str]]]) -> tuple[int, int]:
+    """(moves the table's terms cannot hold, moves) of a policy's episodes: an action that names an object not
+    in view (babyai), gets or crafts nothing of the goal's tree (textcraft), is no word (wordle), or is not an
+    action at all. No demonstration does any of these: they measure how often a policy misreads."""
+    moves = [abstract for m in episodes for _, abstract in read_moves(m, READERS[env_name])]
+    return sum(a is None for a in moves), len(moves)
 
 
 class LookupPolicy:
@@ -595,7 +608,21 @@ def main() -> None:
         "--demonstrator",
         help="who played AgentTraj (default: params.yaml beside the data folder, else expert)",
     )
+    parser.add_argument(
+        "--misread",
+        metavar="POLICY",
+        help="only count the moves of POLICY's held-out episodes (data/rollouts/evaluate/POLICY) that the "
+        "table's terms cannot hold",
+    )
     args = parser.parse_args()
+    if args.misread:
+        from gymflow.train.sft import conversations
+
+        folder = Path(args.data) / "rollouts" / "evaluate" / args.misread
+        episodes = [conv["messages"] for conv in conversations(folder, [args.env], stage="evaluate")]
+        bad, moves = misread(args.env, episodes)
+        print(f"misread: {bad / max(moves, 1):.3f} of {moves} moves in {len(episodes)} episodes")
+        return
     for name, value in ceilings(args.data, args.env, args.demonstrator).items():
         if isinstance(value, dict):
             parts = ", ".join(f"{d} {v:.2f}" for d, v in sorted(value.items()) if d != "all")
