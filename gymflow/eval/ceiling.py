@@ -2,6 +2,7 @@
 
     python -m gymflow.eval.ceiling maze              # reads data/instructions and data/rollouts/trajectories
     python -m gymflow.eval.ceiling babyai --data DIR # also textcraft, wordle
+    python -m gymflow.eval.ceiling babyai --misread sft  # how many of SFT's held-out moves no table makes
 
 A `Reader` per environment reads, from the text a policy is shown (and its own past actions), the features a
 policy needs, as keys from the finest to the coarsest; it also writes an action in the table's terms (an object
