@@ -1,6 +1,6 @@
-"""The pieces of "learning, shown" (issue 38): the maze's verbal view, the imperfect demonstrator, the imitation
-ceiling's lookup table, the paired comparison and its pooling over seeds, the control's matched learning set
-and the shortest-success filter, each against hand-worked cases."""
+"""The pieces of "learning, shown" (issue 38): the maze's verbal view, the imperfect demonstrator, the paired
+comparison and its pooling over seeds, the control's matched learning set and the shortest-success filter, each
+against hand-worked cases (the imitation ceiling's lookup table: tests/test_ceiling.py)."""
 
 import dataclasses
 import math
@@ -13,7 +13,6 @@ from gymflow.config import InstructionsConfig, TrajectoriesConfig
 from gymflow.envs import make_env
 from gymflow.envs.instructions import build_splits, with_view
 from gymflow.envs.maze import Maze
-from gymflow.eval.ceiling import LookupPolicy, maze_features, play, states_and_moves
 from gymflow.eval.compare import paired, pool
 from gymflow.rollout.expert import run_expert
 from gymflow.train.evol import kept_episodes, matched_set
@@ -72,32 +71,6 @@ def test_views_and_demonstrators_are_checked_in_params():
         InstructionsConfig(train={}, eval={}, views={"wordle": "verbal"})
     with pytest.raises(ValueError, match="no demonstrator 'greedy'"):
         TrajectoriesConfig(tasks={}, demonstrators={"wordle": "greedy"})
-
-
-def test_maze_features_read_both_views_alike():
-    verbal = maze_features("Goal is down and left. Open: up, down. Last move: up.", None)
-    coords = maze_features("pos 1,2 goal 3,0 walls: left, right", "up")
-    assert verbal == coords == ("down and left", "up, down", "up")
-    assert maze_features("You reached the goal at 3,0.", None) is None
-
-
-def test_the_lookup_table_takes_the_most_frequent_move_and_backs_off():
-    k1, k2 = ("down", "up, down", "up"), ("down", "up, down", "none")
-    table = LookupPolicy([(k1, "move up"), (k1, "move down"), (k1, "move down"), (k2, "move up")])
-    assert table(k1) == "move down"
-    assert (
-        table(("down", "up, down", "left")) == "move down"
-    )  # unseen last move: (goal, open) votes 2-2: alphabetical
-    assert table(("left", "up, left", "none")) == "move left"  # nothing seen: toward the goal where open
-    assert table(("left", "up", "none")) == "move up"
-
-
-def test_a_table_fitted_on_the_expert_plays_the_hand_maze():
-    env = make_env("maze")
-    demo = run_expert(env, with_view(HAND, "verbal"))
-    pairs = list(states_and_moves([{"role": m.role, "content": m.text} for m in demo.messages]))
-    assert [a for _, a in pairs] == ["move right", "move down", "move down", "move left"]
-    assert play(LookupPolicy(pairs), [with_view(HAND, "verbal")]) == 1.0
 
 
 def test_paired_differences_by_hand():
