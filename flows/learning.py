@@ -226,8 +226,8 @@ def learning(repo: str = ".", run: bool = True) -> str:
     if run:
         params = load_params(Path(repo) / "params.yaml").model_dump()
         done = finished(repo, HEAD, prefix="data/metrics/")  # a rerun resumes
-        for variant in VARIANTS:  # every seed of a variant before the next variant
-            for seed in SEEDS:
+        for seed in SEEDS:  # every variant of a seed before the next seed: a stopped flow has all orderings
+            for variant in VARIANTS:
                 if name(variant, seed) not in done:
                     experiment.with_options(name=name(variant, seed))(
                         name(variant, seed), overrides(params, variant, seed), repo, TARGETS
