@@ -72,8 +72,9 @@ SEEDED = ("instructions.seed", "model.seed", "sft.seed", "evol.seed", "rl.seed")
 VARIANTS: dict[str, dict[str, object]] = {
     "agentevol": {},  # REGIME itself: AgentEvol M = 2, its control, and LOOP over 384 episodes
     # Rejection fine-tuning (LOOP C.2): one round from the SFT agent with AgentEvol's exploration budget
-    # (300 tasks x 8 = two iterations' episodes), every success kept
-    "rft": {"evol.iterations": {"evol1": {"explorer": "sft", "samples": 8}}, "evol.keep": "all"},
+    # (300 tasks x 8 = two iterations' episodes), every success kept. The round is named evol2, the last
+    # iteration's name, which `control` and `compare` pair with
+    "rft": {"evol.iterations": {"evol2": {"explorer": "sft", "samples": 8}}, "evol.keep": "all"},
     # Expert iteration (LOOP C.3): each iteration continues from the agent that explored; its control continues
     # from evol1 too, on the SFT data
     "ei": {"evol.learn_from": "last"},
@@ -85,7 +86,7 @@ VARIANTS: dict[str, dict[str, object]] = {
 # Variant -> the pairs of its `compare` metrics that the table reports (method_vs_baseline)
 REPORTED: dict[str, tuple[str, ...]] = {
     "agentevol": ("evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft"),
-    "rft": ("evol1_vs_control", "evol1_vs_sft"),
+    "rft": ("evol2_vs_control", "evol2_vs_sft"),
     "ei": ("evol2_vs_control", "evol2_vs_sft"),
     "loop": ("rl_vs_sft",),
     "rloo": ("rl_vs_sft",),

@@ -41,8 +41,8 @@ def regime(tmp_path, variant):
 def test_each_variant_changes_only_what_its_method_needs(tmp_path):
     base = regime(tmp_path, "agentevol")
     rft = regime(tmp_path, "rft")  # one round, every success of 8 samples: AgentEvol's exploration budget
-    assert list(rft.evol.iterations) == ["evol1"] and rft.evol.iterations["evol1"].samples == 8
-    assert rft.evol.keep == "all" and rft.evol.at("evol1").samples * rft.evol.tasks["maze"] == 2 * 4 * 300
+    assert list(rft.evol.iterations) == ["evol2"] and rft.evol.iterations["evol2"].explorer == "sft"
+    assert rft.evol.keep == "all" and rft.evol.at("evol2").samples * rft.evol.tasks["maze"] == 2 * 4 * 300
     ei = regime(tmp_path, "ei")
     assert ei.evol.learn_from == "last" and ei.evol.iterations == base.evol.iterations
     for variant, algorithm in (("loop", "loop"), ("rloo", "rloo"), ("grpo", "grpo")):
@@ -61,7 +61,7 @@ def test_the_table_lists_each_seed_and_pools_them():
         "learning-s0": {"compare": {"evol2_vs_control": {"maze": summary(1000, 0.06, 0.35, 0.58, 0.52)}}},
         "learning-s1": {"compare": {"evol2_vs_control": {"maze": summary(1000, 0.02, 0.30, 0.55, 0.53)}}},
         "learning-head": {"compare": {"evol2_vs_control": {"maze": summary(100, 0.5, 0.1, 0.9, 0.4)}}},
-        "learning-rft-s0": {"compare": {"evol1_vs_control": {"maze": summary(1000, -0.01, 0.2, 0.5, 0.51)}}},
+        "learning-rft-s0": {"compare": {"evol2_vs_control": {"maze": summary(1000, -0.01, 0.2, 0.5, 0.51)}}},
     }
     lines = learning.table(runs).splitlines()
     assert lines[2] == "| agentevol | evol2 vs control | 0 | 0.580 | 0.520 | +0.060 | 0.011 | +5.4 | 1000 |"
@@ -72,7 +72,7 @@ def test_the_table_lists_each_seed_and_pools_them():
     between = "| agentevol | evol2 vs control | between seeds (2) | | | +0.040 | 0.020 | +2.0 | 2 seeds |"
     assert lines[5] == between
     # the head's run is not a seed; RFT's one seed is its own row, with no pooled line
-    assert lines[6:] == ["| rft | evol1 vs control | 0 | 0.500 | 0.510 | -0.010 | 0.006 | -1.6 | 1000 |"]
+    assert lines[6:] == ["| rft | evol2 vs control | 0 | 0.500 | 0.510 | -0.010 | 0.006 | -1.6 | 1000 |"]
 
 
 def test_the_curve_counts_the_rows_each_agent_trained_on_after_sft():
