@@ -1,10 +1,16 @@
-"""Fixtures shared by the SWEET-RL tests (critic, Best-of-N, actor pairs, DPO), and Ctrl-C as a user sends it."""
+"""Fixtures shared by the SWEET-RL tests (critic, Best-of-N, actor pairs, DPO), Ctrl-C as a user sends it, and the
+fast tier's rule: a test not marked `slow` starts no process but the sandbox's."""
 
+import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+import gymflow.sandbox
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import ModelConfig
 from gymflow.envs import make_env
@@ -18,6 +24,51 @@ from gymflow.rollout.expert import run_expert
 # sends it is what those tests check, so the suite restores Python's own handler before it starts any process.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The fast tier (`pytest -m "not slow"`) runs in this process. A test not marked `slow` that starts a process (DVC,
+# Chromium, Ray, a JVM, `gymflow`, a forked worker...) fails, naming what it started; the sandbox's interpreter,
+# in which colbench and apps grade code, is the one exception (README, "Run the tests").
+SANDBOX = Path(gymflow.sandbox.__file__).parent
+_fast: pytest.Item | None = None  # the test running now, if it is not marked slow
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _fast
+    _fast = None if item.get_closest_marker("slow") else item
+    yield
+    _fast = None
+
+
+def _refuse(what: str) -> None:
+    """Fail the running fast test for starting `what`, unless the sandbox starts it (a few frames up)."""
+    frame, depth = sys._getframe(2), 0
+    while frame is not None and depth < 6:
+        if SANDBOX in Path(frame.f_code.co_filename).parents:
+            return
+        frame, depth = frame.f_back, depth + 1
+    pytest.fail(f"{_fast.nodeid} starts {what[:200]}: mark it `slow` (README, Run the tests)", pytrace=False)
+
+
+_popen_init, _fork = subprocess.Popen.__init__, os.fork
+
+
+def _popen_unless_fast(self, args, *rest, **kwargs):
+    if _fast is not None:
+        _refuse(" ".join(map(str, args)) if isinstance(args, list | tuple) else str(args))
+    _popen_init(self, args, *rest, **kwargs)
+
+
+def _fork_unless_fast():
+    if _fast is not None:
+        _refuse("a forked process")
+    return _fork()
+
+
+if not hasattr(subprocess.Popen.__init__, "fast_tier"):  # once, though test_vllm imports this file again
+    _popen_unless_fast.fast_tier = True
+    subprocess.Popen.__init__ = _popen_unless_fast
+    os.fork = _fork_unless_fast
 
 TINY = ModelConfig(hidden_size=32, intermediate_size=64, layers=1, heads=2, kv_heads=2, max_length=2048)
 
