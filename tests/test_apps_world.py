@@ -72,6 +72,7 @@ def token(world: World, app: str) -> str:
 
 
 # ---- generation ----------------------------------------------------------------------------------------
+@pytest.mark.slow  # a Python process
 def test_build_world_is_plain_data_deterministic_and_seeded():
     state = build_world(SEED)
     assert state == build_world(SEED)

@@ -35,6 +35,7 @@ def data(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow  # `gymflow` processes
 def test_solve_json(data):
     out = gymflow("solve", "maze", "--n", "5", "--split", "eval", data=data)
     assert out.returncode == 2 and out.stderr.strip() == (
@@ -46,6 +47,7 @@ def test_solve_json(data):
     assert result["mean_reward"] == 1.0 and result["mean_turns"] >= 2
 
 
+@pytest.mark.slow  # `gymflow` processes
 def test_envs_lists_every_environment_with_split_sizes(data):
     out = gymflow("envs", data=data)
     assert out.returncode == 0
@@ -55,6 +57,7 @@ def test_envs_lists_every_environment_with_split_sizes(data):
     assert "│ 6 " in maze_row and "│ 3 " in maze_row and "15" in maze_row
 
 
+@pytest.mark.slow  # `gymflow` processes
 def test_envs_fits_an_80_column_pipe_with_every_expert_described(data):
     out = gymflow("envs", data=data, env={"COLUMNS": ""})  # a pipe: rich's 80 columns
     lines = out.stdout.splitlines()
@@ -65,6 +68,7 @@ def test_envs_fits_an_80_column_pipe_with_every_expert_described(data):
         assert f"{name} {cls.spec.expert}" in words  # whole, not cut with an ellipsis
 
 
+@pytest.mark.slow  # `gymflow` processes
 def test_envs_keeps_the_expert_column_where_it_fits(data):
     out = gymflow("envs", data=data, env={"COLUMNS": "200"})
     maze_row = next(line for line in out.stdout.splitlines() if "│ maze" in line)
@@ -107,6 +111,7 @@ def test_no_hint_when_the_query_itself_finds_nothing_or_rows_come_back(sql):
     assert "is empty" not in sql("select count(*) from critic_scores")  # one row: 0
 
 
+@pytest.mark.slow  # `gymflow` processes
 def test_sql_over_rollouts(data):
     out = gymflow("sql", "select env, count(*) as n, avg(reward) as r from episodes group by env", data=data)
     assert out.returncode == 0
@@ -114,6 +119,7 @@ def test_sql_over_rollouts(data):
     assert row.split("│")[2].strip() == "6" and row.split("│")[3].strip() == "1.0"  # as DuckDB writes it
 
 
+@pytest.mark.slow  # `gymflow` processes
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -132,6 +138,7 @@ def test_user_mistakes_are_one_line_errors(data, args, message):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow  # `gymflow` processes
 def test_play_colbench_takes_a_multi_line_submission(tmp_path):
     """Colbench's actions are code: at the prompt an action runs to the first empty line."""
     splits = build_splits(ENVS["colbench"], n_train=2, n_eval=1, seed=0)
@@ -150,6 +157,7 @@ def test_play_colbench_takes_a_multi_line_submission(tmp_path):
     assert f"reward 1 (success) in {env.turns} turns" in out.stdout
 
 
+@pytest.mark.slow  # `gymflow` processes
 def test_play_an_episode_from_stdin(data):
     task = build_splits(ENVS["maze"], n_train=6, n_eval=3, seed=0)["eval"][0]
     moves = [f"move {d}" for d in task.hidden["path"]]

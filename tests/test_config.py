@@ -267,6 +267,7 @@ def test_the_default_params_load():
     assert re.search(r"^rollout:", (ROOT / "params.yaml").read_text(), re.MULTILINE)
 
 
+@pytest.mark.slow  # Python processes
 def test_reading_params_imports_no_environment():
     """The params check (and every stage's start) stays quick: gymflow.config lists environments by name."""
     code = "import json, sys; import gymflow.config; print(json.dumps(sorted(sys.modules)))"
@@ -291,6 +292,7 @@ def test_the_names_and_limits_agree_with_the_environments():
     }
 
 
+@pytest.mark.slow  # Python processes
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -86,6 +86,7 @@ def same(a, b, logprob_tol=0.0):
                 assert torch.allclose(torch.tensor(m.logprobs), torch.tensor(n.logprobs), atol=logprob_tol)
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_served_environments_give_the_episodes_of_in_process_ones(model, fmt, maze_servers, one_thread):
     jobs = [(t, k) for t in MAZES[:3] for k in range(2)]
     local = rollout(model, fmt, jobs, SAMPLED, horizon=4, generator=torch.Generator().manual_seed(3))
@@ -95,6 +96,7 @@ def test_served_environments_give_the_episodes_of_in_process_ones(model, fmt, ma
     assert made.made["maze"] == 2  # one environment per episode of a batch, reused batch after batch
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_a_server_dying_mid_run_ends_its_episodes_as_error_and_the_rest_play_on(model, fmt, one_thread):
     jobs = [(MAZES[0], 0), (CRAFT[0], 0), (MAZES[1], 0), (CRAFT[1], 0)]
     with ExitStack() as server:
@@ -120,6 +122,7 @@ def test_a_server_dying_mid_run_ends_its_episodes_as_error_and_the_rest_play_on(
     assert episodes[2].turns == 0 and len(episodes[2].messages) == 2  # its reset found no server
 
 
+@pytest.mark.slow  # Ray
 def test_ray_workers_give_the_episodes_of_one_process_when_greedy(model, fmt, ray_cluster, one_thread):
     jobs = [(t, 0) for t in MAZES]
     local = rollout(model, fmt, jobs, GREEDY, horizon=3)
@@ -127,6 +130,7 @@ def test_ray_workers_give_the_episodes_of_one_process_when_greedy(model, fmt, ra
     same(local, spread, logprob_tol=1e-5)  # another thread count may round the last bit differently
 
 
+@pytest.mark.slow  # Ray
 def test_ray_sampling_does_not_depend_on_the_number_of_workers(
     model, fmt, maze_servers, ray_cluster, one_thread
 ):
@@ -147,6 +151,7 @@ def test_ray_sampling_does_not_depend_on_the_number_of_workers(
     assert len({tuple(ep.messages[2].token_ids) for ep in draws[0]}) > 1  # sampled: replies differ
 
 
+@pytest.mark.slow  # Ray
 def test_ray_workers_each_sample_through_their_own_completion_server(
     model, fmt, tmp_path, ray_cluster, one_thread
 ):

@@ -174,6 +174,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return AutoModelForCausalLM.from_pretrained(folder).state_dict()
 
 
+@pytest.mark.slow  # `accelerate launch`: two training processes
 def test_two_process_sft_has_one_process_loss_curve_and_weights(one, two):
     curve_one, curve_two = _curve(one / "sft.csv"), _curve(two / "sft.csv")
     assert [s for s, _ in curve_one] == [1, 2, 3, 4, 5, 6]  # ceil(21 / 4) steps of the global batch
@@ -244,6 +245,7 @@ def test_the_shares_weighted_losses_give_the_global_batch_gradient(root):
 # ---- the policy-gradient update ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # `accelerate launch`: two training processes
 @pytest.mark.parametrize("preset", PRESETS_RUN)
 def test_two_process_policy_gradient_update_gives_one_process_gradients_and_weights(one, two, preset):
     a, b = torch.load(one / f"pg_{preset}.pt"), torch.load(two / f"pg_{preset}.pt")
@@ -298,6 +300,7 @@ def test_each_process_passes_sum_to_the_one_process_gradient(root):
 # ---- RL iterations ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # `accelerate launch`: two training processes
 def test_two_process_rl_plays_once_and_trains_as_one_process(one, two):
     a, b = one / "rl", two / "rl"
     # the first process alone plays, from the same weights: the same episodes (iteration 2's are sampled from

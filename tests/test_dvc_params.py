@@ -106,6 +106,7 @@ PLAY = ["evaluate", "evaluate_evol", "explore", "rl", "offline", "actor_pairs", 
 SWEET = ["offline", "critic", "actor_pairs", "actor", "rft", "mtdpo", "best_of_n"]  # all but evaluate_sweet
 
 
+@pytest.mark.slow  # DVC, in a scratch copy of the project
 @pytest.mark.parametrize(
     "section, key, value, rerun",
     [
@@ -138,6 +139,7 @@ def test_editing_a_key_reruns_exactly_the_stages_that_read_it(scratch, section, 
     assert stale_after(scratch, section, key, value) == stages_of(scratch, *rerun)
 
 
+@pytest.mark.slow  # DVC, in a scratch copy of the project
 def test_nothing_is_stale_before_an_edit(scratch):
     """The check above can tell: with params.yaml as recorded, DVC finds no stage's params changed."""
     assert not {name for name, ds in scratch[1].items() if any(d.status() for d in ds)}

@@ -13,6 +13,8 @@ import pytest
 from flows.dvc_tasks import bring_up_to_date, has_remote, pull_outputs
 from gymflow.errors import UserError
 
+pytestmark = pytest.mark.slow  # DVC projects, clones and remotes
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t"}
 ENV |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}

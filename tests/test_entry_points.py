@@ -87,6 +87,7 @@ def test_the_entry_points_are_found():
     assert "-m gymflow.models.pretrained" in found and len(MODULES) > 40
 
 
+@pytest.mark.slow  # a process per entry point
 @pytest.mark.parametrize("cmd", COMMANDS, ids=" ".join)
 def test_every_entry_point_answers_help_and_does_nothing_else(cmd, tmp_path):
     work = tmp_path / "work"

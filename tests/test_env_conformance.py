@@ -14,7 +14,10 @@ N_TASKS = 4
 BAD_ACTIONS = ["", "   ", "dance wildly", "Action: ???", "x" * 500, "move", "craft", "go to", "\n\n"]
 
 
-@pytest.fixture(scope="module", params=sorted(ENVS))
+@pytest.fixture(
+    scope="module",  # ScienceWorld's games run in a JVM: slow
+    params=[pytest.param(n, marks=pytest.mark.slow) if n == "sciworld" else n for n in sorted(ENVS)],
+)
 def env_name(request):
     return request.param
 

@@ -17,6 +17,8 @@ from gymflow.envs.sciworld import (
     usable_variations,
 )
 
+pytestmark = pytest.mark.slow  # ScienceWorld's JVM
+
 FIND = make_task(
     "find-non-living-thing",
     0,

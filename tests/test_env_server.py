@@ -50,6 +50,7 @@ def expert_actions(task) -> list[str]:
     return [m.action for m in run_expert(make_env(task.env), task).messages if m.role == "assistant"]
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_agentgym_protocol_plays_a_textcraft_episode_as_in_process(textcraft):
     """AgentGym's TextCraft client's calls, as it makes them: create with its body, reset by data_idx, step."""
     task = CRAFT[2]  # a fresh draw of 4 eval tasks, seed 0: the server's --n 4 list
@@ -75,6 +76,7 @@ def test_agentgym_protocol_plays_a_textcraft_episode_as_in_process(textcraft):
     assert requests.post(f"{textcraft}/close", json={"id": sid}, timeout=10).json()["closed"] is True
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_agentgym_client_class_completes_an_episode(textcraft):
     """AgentGym's own TextCraftEnvClient (not on PyPI: run with PYTHONPATH=<AgentGym>/agentenv)."""
     module = pytest.importorskip("agentenv.envs.textcraft", reason="AgentGym's agentenv is not importable")
@@ -87,6 +89,7 @@ def test_agentgym_client_class_completes_an_episode(textcraft):
     assert out.done and out.reward == 1.0
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_http_env_plays_the_same_episode_as_the_local_env(textcraft):
     remote, local = HttpEnv("textcraft", [textcraft]), make_env("textcraft")
     try:
@@ -244,9 +247,14 @@ def content_row(task: Task, **change) -> dict:
     return {**row, "hidden": hidden}
 
 
+def slow_for_sciworld(cases: list[tuple]) -> list:
+    """`cases` with ScienceWorld's marked slow: building its game starts a JVM."""
+    return [pytest.param(*c, marks=pytest.mark.slow) if c[0].env == "sciworld" else c for c in cases]
+
+
 @pytest.mark.parametrize(
     ("task", "change", "reason"),
-    WRONG_CONTENT,
+    slow_for_sciworld(WRONG_CONTENT),
     ids=[f"{t.env} " + " ".join(f"{k}={v!r}"[:40] for k, v in c.items()) for t, c, _ in WRONG_CONTENT],
 )
 def test_a_row_its_game_does_not_fit_is_refused_at_create_with_the_reason(task, change, reason):
@@ -260,18 +268,20 @@ def test_a_row_its_game_does_not_fit_is_refused_at_create_with_the_reason(task, 
 
 @pytest.mark.parametrize(
     ("task", "bad", "good"),
-    [
-        (
-            HOUSEHOLD[0],
-            {"hidden.walkthrough": ["look"]},
-            {"hidden.walkthrough": HOUSEHOLD[0].hidden["walkthrough"]},
-        ),
-        (
-            SCIENCE,
-            {"hidden.variation": 10**6},
-            {"hidden.variation": USE_THERMOMETER - 1},
-        ),  # the last one plays
-    ],
+    slow_for_sciworld(
+        [
+            (
+                HOUSEHOLD[0],
+                {"hidden.walkthrough": ["look"]},
+                {"hidden.walkthrough": HOUSEHOLD[0].hidden["walkthrough"]},
+            ),
+            (
+                SCIENCE,
+                {"hidden.variation": 10**6},
+                {"hidden.variation": USE_THERMOMETER - 1},
+            ),  # the last one plays
+        ]
+    ),
     ids=["household", "sciworld"],
 )
 def test_a_refused_reset_leaves_no_episode_until_a_good_one(task, bad, good):
@@ -345,6 +355,7 @@ def test_a_game_won_on_the_last_turn_is_done_not_truncated():
     assert app.get("/spec").json()["max_turns"] == len(actions)
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_max_turns_flag_and_http_env_at_the_servers_limit(tmp_path):
     """`serve-env --max-turns 4`: an AgentGym-style client sees done at turn 4; `HttpEnv` reads that step as
     in process (not done: its player, the engine, ends the episode) and the next step is refused."""
@@ -383,6 +394,7 @@ def test_sessions_are_bounded_and_expire(app):
     assert app.post("/close", json={"id": ids[1]}).status_code == 404
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_a_dead_server_is_skipped_for_the_next(textcraft):
     dead = f"http://127.0.0.1:{free_port()}"
     env = HttpEnv("textcraft", [dead, textcraft], retries=1)
@@ -395,6 +407,7 @@ def test_a_dead_server_is_skipped_for_the_next(textcraft):
         HttpEnv("textcraft", [dead], retries=0).reset(CRAFT[0])
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_a_server_of_another_environment_is_a_user_error(textcraft):
     with pytest.raises(UserError, match="rollout.env_servers.maze: .* refused the task"):
         HttpEnv("maze", [textcraft]).reset(MAZES[0])
@@ -407,6 +420,7 @@ def test_env_maker_spreads_sessions_over_servers_and_keeps_others_local():
     assert type(make("maze")) is Maze
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_a_server_that_dies_mid_episode_ends_that_episode_as_error(tmp_path):
     with running("textcraft", "--n", "2") as url:
         env = HttpEnv("textcraft", [url], retries=0)
@@ -437,6 +451,7 @@ def post(url: str, path: str, body: dict | None = None) -> dict:
     return res.json()
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 @pytest.mark.parametrize("base", ["", "/maze"])  # its LMRL-Gym server serves maze under /maze
 def test_agentgym_maze_client_plays_each_task_it_resets_to(maze_url, base):
     """MazeEnvClient: create with an empty POST, reset with {"game": idx}, step with {"action"}; it sums the
@@ -455,6 +470,7 @@ def test_agentgym_maze_client_plays_each_task_it_resets_to(maze_url, base):
         assert out["done"] and sum(rewards) == rewards[-1] == local.reward == 1.0
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_agentgym_maze_client_episode_ends_at_the_limit_with_the_in_process_reward(maze_url):
     """A policy that never finds the goal: its loop (`while not done`) ends at maze's 15 turns, reward 0."""
     sid = post(maze_url, "create")["id"]
@@ -476,6 +492,7 @@ def wordle_url(tmp_path_factory):
         yield url
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 @pytest.mark.parametrize("base", ["", "/wordle"])
 def test_agentgym_wordle_client_lists_the_vocabulary_and_plays(wordle_url, base):
     """WordleEnvClient: create with an empty POST, GET /filtered_vocab?id= (into its prompt, one word a line),
@@ -507,6 +524,7 @@ def babyai_url(tmp_path_factory):
         yield url
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 def test_agentgym_babyai_client_plays_with_the_in_process_score(babyai_url):
     """BabyAIEnvClient: create with an empty POST, reset with {"data_idx"} (reads observation, reward, score,
     done), step (reports `score`), close with {"id"}."""
@@ -624,6 +642,7 @@ CLIENTS = {  # environment -> (AgentGym module, its client class, the tasks its 
 }
 
 
+@pytest.mark.slow  # `gymflow serve-env` processes
 @pytest.mark.parametrize("env", sorted(CLIENTS))
 def test_agentgym_client_classes_play_full_episodes(env, request):
     """AgentGym's own client classes, played as its BaseTask plays them (reset, then step a ReAct reply until

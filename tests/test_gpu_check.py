@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # runs benchmarks/gpu_check.py end to end in processes
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 # Installed here, not on the lent machine (docs/results/gpu.md): importing any of them must not be needed there.

@@ -29,6 +29,8 @@ import torch
 import yaml
 from test_pipeline import ENV, copy_code, tiny_params
 
+pytestmark = pytest.mark.slow  # runs stages as processes and kills them
+
 ENVS = ["maze", "wordle"]
 # Wall-clock figures in the metrics: the only values an interrupted run may change.
 TIMINGS = {

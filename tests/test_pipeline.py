@@ -12,6 +12,8 @@ import yaml
 
 from gymflow.store.db import connect
 
+pytestmark = pytest.mark.slow  # runs the DVC pipeline and its stages
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "DVC_NO_ANALYTICS": "1"}
 

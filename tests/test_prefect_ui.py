@@ -25,6 +25,8 @@ from gymflow.serving import free_port, started
 from tests.browser import EC, By, WebDriverWait, chrome, keep_screens  # skips without Chromium or selenium
 from tests.test_pipeline import tiny_params  # its smoke-run params.yaml: 3 train and 2 eval tasks per env
 
+pytestmark = pytest.mark.slow  # a Prefect server, DVC and Chromium
+
 ROOT = Path(__file__).resolve().parents[1]
 
 METRICS = {

@@ -23,6 +23,8 @@ from flows.dvc_tasks import git_commit
 from gymflow.errors import UserError
 from tests.test_dvc_remote import ENV, ROOT, commit, make_project, outputs, run
 
+pytestmark = pytest.mark.slow  # a Prefect server, its workers and DVC
+
 # the stages are named after the real pipeline's, so flows.pipeline.HEAVY routes them: evaluate@sft is heavy
 MAKE = """import json, sys
 from pathlib import Path

@@ -12,6 +12,8 @@ import sys
 import termios
 import textwrap
 
+import pytest
+
 from gymflow.progress import bar
 
 
@@ -76,6 +78,7 @@ run_stage(main)
 """
 
 
+@pytest.mark.slow  # a stage's process
 def test_stage_log_has_no_carriage_returns(tmp_path) -> None:
     log = tmp_path / "stage.log"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_DISABLE_PROGRESS_BARS")}

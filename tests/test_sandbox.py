@@ -26,6 +26,8 @@ from gymflow import sandbox
 from gymflow.errors import UserError
 from gymflow.sandbox import LAYERS, UID_BASE, Limits, matches, run_python, run_tests
 
+pytestmark = pytest.mark.slow  # hostile code against the sandbox's limits: it waits them out
+
 REPO = Path(__file__).resolve().parents[1]
 MODES = {
     "all": LAYERS,

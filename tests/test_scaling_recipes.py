@@ -252,6 +252,7 @@ def scratch(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("help"))
 
 
+@pytest.mark.slow  # a process per command
 @pytest.mark.parametrize("recipe", RUN, ids=str)
 def test_a_command_answers_help_naming_the_options_it_is_given(recipe: Recipe, scratch: str) -> None:
     argv = program(recipe)
@@ -272,6 +273,7 @@ def test_a_command_answers_help_naming_the_options_it_is_given(recipe: Recipe, s
         assert variable in code + (ROOT / "prefect.yaml").read_text(), f"nothing reads {variable}"
 
 
+@pytest.mark.slow  # a process per command
 @pytest.mark.parametrize("section, option", OPTIONS, ids=lambda v: v)
 def test_an_option_of_the_prose_is_one_of_its_sections_commands(
     section: str, option: str, scratch: str
@@ -291,6 +293,7 @@ def stage_names(folder: Path) -> set[str]:
     return {s.name for s in Repo.init(str(folder), no_scm=True).index.stages}
 
 
+@pytest.mark.slow  # a DVC project
 def test_every_stage_a_dvc_command_targets_exists(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("DVC_SITE_CACHE_DIR", str(tmp_path / "site-cache"))  # DVC's state stays in tmp_path
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")

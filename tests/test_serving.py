@@ -136,6 +136,7 @@ def test_an_unknown_model_name_gets_404(url):
     assert response.status_code == 404
 
 
+@pytest.mark.slow  # `gymflow serve-model` processes
 def test_serve_model_on_a_missing_path_exits_with_one_line(tmp_path):
     missing = tmp_path / "no-model"
     done = subprocess.run(
@@ -215,6 +216,7 @@ def test_serve_model_with_a_bad_port_or_limit_is_a_one_line_error(saved, busy_po
     assert err.startswith("error:") and message in err
 
 
+@pytest.mark.slow  # `gymflow serve-model` processes
 def test_serve_model_port_minus_one_from_the_shell(saved):
     done = subprocess.run(
         [sys.executable, "-m", "gymflow", "serve-model", str(saved), "--port", "-1"],
@@ -225,6 +227,7 @@ def test_serve_model_port_minus_one_from_the_shell(saved):
     assert done.returncode == 2 and done.stderr == "error: --port must be between 1 and 65535 (got -1)\n"
 
 
+@pytest.mark.slow  # `gymflow serve-model` processes
 def test_the_limits_are_printed_at_start_up(url, server_log):
     log = server_log.read_text()
     assert "limits: n <= 64, prompts x n <= 256, max_tokens <= 1024" in log

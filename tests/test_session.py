@@ -14,6 +14,8 @@ from gymflow.sandbox import Limits
 from gymflow.sandbox.session import MAX_CALLS, CallRefused, Session
 from tests.test_sandbox import MODES, REPO, skip_unless_machine_allows, spawned  # noqa: F401 (spawned: every process reaped, autouse)
 
+pytestmark = pytest.mark.slow  # hostile cells against the sandbox's limits: it waits them out
+
 FAST = Limits(cpu_seconds=4, wall_seconds=3, memory_mb=128, case_seconds=0.5, output_kb=4)
 
 

@@ -280,6 +280,7 @@ def test_row_limit(sql):
     assert code == 2 and err.strip() == "error: --limit must be 0 (every row) or more"
 
 
+@pytest.mark.slow  # `gymflow sql` processes
 def test_ctrl_c_stops_a_long_query(sql):
     """A query of a minute or more stops at Ctrl-C (DuckDB alone misses some), with exit code 130, no traceback."""
     ctrl_c = threading.Timer(2.0, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
@@ -289,6 +290,7 @@ def test_ctrl_c_stops_a_long_query(sql):
     assert code == 130 and out == "" and err == ""
 
 
+@pytest.mark.slow  # `gymflow sql` processes
 def test_a_reader_that_stops_early_is_no_error(repo):
     """`gymflow sql ... | head`: a closed pipe ends the command quietly."""
     cmd = [sys.executable, "-m", "gymflow", "sql", "select * from range(100000)", "--limit", "0"]
@@ -298,6 +300,7 @@ def test_a_reader_that_stops_early_is_no_error(repo):
     assert proc.wait(timeout=120) == 0 and proc.stderr.read() == b""
 
 
+@pytest.mark.slow  # `gymflow sql` processes
 def test_console_answers_without_pandas_and_pyarrow_still_finds_it(repo):
     """`gymflow sql` keeps pandas out of its start-up (pyarrow.dataset imports it only to ask if it is there); a
     pyarrow call that needs pandas afterwards in the same process still gets it."""

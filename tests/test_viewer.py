@@ -34,6 +34,8 @@ from tests.browser import (  # skips without Chromium or selenium
     keep_screens,
 )
 
+pytestmark = pytest.mark.slow  # `gymflow view` and Chromium
+
 N_TASKS, K = 4, 4
 BEFORE: dict[Path, int] = {}  # the data folder's files before the viewer started, and their mtimes
 

@@ -26,6 +26,8 @@ from gymflow.models.vllm import VllmError, vllm_server
 from gymflow.rollout.expert import run_expert
 from tests.conftest import TINY
 
+pytestmark = pytest.mark.slow  # a vLLM server, or its stand-in, as processes
+
 TASKS = build_splits(ENVS["maze"], seed=0, n_train=4, n_eval=0)["train"]
 needs_vllm = pytest.mark.skipif(
     not (vllm.VENV / "bin" / "python").exists(),
