@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # DVC's pipeline: the committed run, through git and DVC processes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,7 +31,6 @@ def test_every_metrics_and_plots_file_is_kept_out_of_the_cache():
         assert options.get("cache") is False, f"{stage}: {entry} is cached"
 
 
-@pytest.mark.slow  # a git process
 def test_every_metrics_and_plots_file_the_lock_records_is_in_git():
     lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
     small = [
@@ -45,7 +46,6 @@ def test_every_metrics_and_plots_file_the_lock_records_is_in_git():
     assert sorted(set(small) - tracked) == []
 
 
-@pytest.mark.slow  # git and DVC processes
 def test_a_fresh_clone_shows_the_committed_runs_metrics_and_plots(tmp_path):
     """Every metrics file of the default pipeline loads from git alone. SWEET-RL's pipeline (sweet/dvc.yaml) is
     not part of `dvc repro` and has no committed run, so its files are reported missing."""

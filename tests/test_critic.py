@@ -247,6 +247,7 @@ def test_bt_gradient_raises_chosen_and_lowers_rejected():
     assert float(rejected.grad) == pytest.approx(1 / (1 + math.exp(-0.3)), abs=1e-6)
 
 
+@pytest.mark.slow  # trains until the critic learns
 def test_training_on_one_pair_raises_the_chosen_episodes_advantage_sum(policy, fmt, tmp_path):
     good, bad = (_critic_episode(ep, fmt) for ep in _episodes(fmt)[:2])
     critic = TurnCritic.initial(policy, fmt, CriticConfig(lr=1e-3, epochs=5, beta=1.0, max_grad_norm=None))
@@ -305,6 +306,7 @@ def test_value_loss_is_bce_against_success():
     assert float(loss) == pytest.approx((math.log(2) + math.log(1 + math.exp(2))) / 2, abs=1e-6)
 
 
+@pytest.mark.slow  # trains until the critic learns
 def test_value_critic_scores_the_state_after_the_reply_and_moves_toward_success(policy, fmt, tmp_path):
     """The score is the head on the last hidden state of the reply's last id; training on an episode that
     succeeded raises every one of its turns' logits, on one that failed lowers them."""
@@ -336,6 +338,7 @@ def test_value_critic_scores_the_state_after_the_reply_and_moves_toward_success(
         assert rows[-1]["loss"] < rows[0]["loss"]
 
 
+@pytest.mark.slow  # trains until the critic learns
 def test_a_reward_target_value_head_learns_from_episodes_that_all_failed(policy, fmt, tmp_path):
     """Nothing succeeded, so a success target only pushes every logit down; the reward as a soft label
     (value_target="reward") pulls every logit toward logit(0.9) = 2.2, up from where a fresh head starts (near 0)."""

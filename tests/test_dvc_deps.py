@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # DVC's pipeline: dvc.yaml's deps against the code each stage imports
+
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ("dvc.yaml", "sweet/dvc.yaml")  # the default pipeline and SWEET-RL's (run from the root)
 STAGES = {  # foreach: its template

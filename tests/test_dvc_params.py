@@ -18,6 +18,8 @@ from test_dvc_deps import PIPELINES, STAGES
 
 from gymflow.config import Params
 
+pytestmark = pytest.mark.slow  # DVC's pipeline: dvc.yaml against the scripts, and DVC on a scratch copy
+
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = STAGES  # both pipelines' stages, a foreach stage as its template
 # the stages that play episodes
@@ -106,7 +108,6 @@ PLAY = ["evaluate", "evaluate_evol", "explore", "rl", "offline", "actor_pairs", 
 SWEET = ["offline", "critic", "actor_pairs", "actor", "rft", "mtdpo", "best_of_n"]  # all but evaluate_sweet
 
 
-@pytest.mark.slow  # DVC, in a scratch copy of the project
 @pytest.mark.parametrize(
     "section, key, value, rerun",
     [
@@ -139,7 +140,6 @@ def test_editing_a_key_reruns_exactly_the_stages_that_read_it(scratch, section, 
     assert stale_after(scratch, section, key, value) == stages_of(scratch, *rerun)
 
 
-@pytest.mark.slow  # DVC, in a scratch copy of the project
 def test_nothing_is_stale_before_an_edit(scratch):
     """The check above can tell: with params.yaml as recorded, DVC finds no stage's params changed."""
     assert not {name for name, ds in scratch[1].items() if any(d.status() for d in ds)}

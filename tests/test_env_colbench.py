@@ -71,6 +71,7 @@ def test_generation_is_deterministic_by_seed():
     assert not {r["task_id"] for r in a} & {r["task_id"] for r in c}
 
 
+@pytest.mark.slow  # draws 1,800 tasks, a real run's number
 def test_a_realistic_draw_shares_no_task_across_splits():
     splits = build_splits(ColBench, n_train=1500, n_eval=300, seed=1)
     train, eval_ = splits["train"], splits["eval"]
@@ -492,6 +493,7 @@ def test_single_turn_takes_no_questions():
 
 
 # ---- the expert -----------------------------------------------------------------------------------------
+@pytest.mark.slow  # 1,200 episodes, graded in the sandbox
 def test_the_expert_asks_each_hidden_rule_once_then_solves():
     """200 tasks of each split and difficulty, graded by the sandbox (two at a time: a call mostly waits)."""
     splits = build_splits(ColBench, n_train=600, n_eval=600, seed=5)

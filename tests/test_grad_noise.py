@@ -130,6 +130,7 @@ def _parity_shares(tok, tasks: int, batches: int = 8) -> tuple[float, float]:
     return real.share(), control.share()
 
 
+@pytest.mark.slow  # measures the noise scale at two batch sizes of the task every preset learns
 def test_share_grows_with_the_batch_as_the_noise_scale_says_and_the_control_stays_near_zero(tokenizer):  # noqa: F811
     """On the parity task every preset learns (test_pg), 4x the batch must raise the share from B / (B + N) to
     4B / (4B + N) for one noise scale N: both batch sizes must give the same N within a factor of 2."""

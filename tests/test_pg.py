@@ -311,6 +311,7 @@ def test_reference_model_only_when_there_is_a_kl_term(tokenizer):
     assert grpo.reference is not None and not any(p.requires_grad for p in grpo.reference.parameters())
 
 
+@pytest.mark.slow  # trains each preset until it learns
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_every_preset_learns_a_one_turn_task_from_chance(tokenizer, preset):
     """Two prompts; the reward is 1 when the reply's token id has the prompt's parity (chance: 1/2). Within

