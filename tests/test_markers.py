@@ -11,7 +11,8 @@ from gymflow.sandbox import run_python
 
 
 def test_a_fast_test_that_starts_a_process_fails_naming_it():
-    with pytest.raises(pytest.fail.Exception, match=r"test_markers.py::\S+ starts .* -c pass: mark it `slow`"):
+    started = r"test_markers.py::\S+ starts .* -c pass: mark it `slow`"
+    with pytest.raises(pytest.fail.Exception, match=started):
         subprocess.run([sys.executable, "-c", "pass"], check=True)
 
 
