@@ -2,6 +2,7 @@
 fast tier's rule: a test not marked `slow` starts no process but the sandbox's."""
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -50,6 +51,8 @@ def _refuse(what: str) -> None:
     pytest.fail(f"{_fast.nodeid} starts {what[:200]}: mark it `slow` (README, Run the tests)", pytrace=False)
 
 
+# The openai client's headers read platform.platform(), which runs `uname -p` once per process: here, in no test.
+platform.processor()
 _popen_init, _fork = subprocess.Popen.__init__, os.fork
 
 
