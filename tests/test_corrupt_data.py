@@ -277,6 +277,7 @@ def test_a_damaged_table_is_not_current(tmp_path, capsys, kind, table):
     assert f"maze.{table}.parquet" in capsys.readouterr().err  # the stage says what it writes again
 
 
+@pytest.mark.slow  # the stage's forked workers
 def test_agenttraj_rewrites_a_damaged_table_as_a_clean_run_writes_it(tmp_path):
     tasks = {"maze": TASKS["train"][:3]}
     info = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert", config_hash="c")

@@ -117,6 +117,7 @@ class Fixed:
         return [Completion(list(self.ids), [0.0] * len(self.ids), "stop") for _ in prompts]
 
 
+@pytest.mark.slow  # a `gymflow serve-env` process
 def test_a_served_evaluation_in_one_batch_logs_each_episode_as_it_ends(monkeypatch) -> None:
     """Issue 37, 4.4: one batch of served environments (rollout.env_servers) used to move the bar only when the
     whole batch ended; now a log has a line for each episode that ends, written when it ends."""
@@ -172,6 +173,7 @@ def test_a_postfix_change_prints_a_line_once_the_interval_has_passed() -> None:
     b.close()
 
 
+@pytest.mark.slow  # the stage's forked workers
 def test_trajectories_log_each_environment_as_it_plays(tmp_path, monkeypatch) -> None:
     """Issue 37, 4.4: AgentTraj's bars (rich) printed only at the end in a log; now every task played is a
     line on stderr, per environment, before the stage ends."""

@@ -66,6 +66,7 @@ def client(url):
     return CompletionClient(url)
 
 
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_client_greedy_equals_in_process_sample_for_a_batch_of_unequal_prompts(client, model, fmt, saved):
     spec = ENVS["maze"].spec
     first, second = (fmt.prompt(spec.system_prompt, make_env("maze").reset(t)) for t in TASKS[:2])
@@ -79,6 +80,7 @@ def test_client_greedy_equals_in_process_sample_for_a_batch_of_unequal_prompts(c
         assert got.logprobs == pytest.approx(ref.logprobs, abs=1e-4)
 
 
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_rollout_through_the_server_equals_the_in_process_engine(client, model, fmt):
     cfg = SamplingConfig(temperature=0, max_new_tokens=8, batch_size=4)
     jobs = [(t, 0) for t in TASKS]
@@ -95,6 +97,7 @@ def test_rollout_through_the_server_equals_the_in_process_engine(client, model, 
         assert a.tokens == len(ids) and sum(m.role == "assistant" for m in a.messages) == a.turns == 3
 
 
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_a_stop_string_ends_the_text_before_it_and_keeps_the_ids(url, fmt):
     body = {"prompt": "Thought: the goal", "max_tokens": 10, "temperature": 0, "logprobs": 0}
     first = httpx.post(f"{url}/completions", json=body | {"return_tokens_as_token_ids": True}).json()
@@ -113,6 +116,7 @@ def test_a_stop_string_ends_the_text_before_it_and_keeps_the_ids(url, fmt):
     assert choice["logprobs"]["token_logprobs"] == first["choices"][0]["logprobs"]["token_logprobs"][:k]
 
 
+@pytest.mark.slow  # a `gymflow serve-model` process
 @pytest.mark.parametrize(
     "body",
     [
@@ -131,12 +135,13 @@ def test_a_bad_request_gets_400_with_a_one_line_message(url, body):
     assert message and "\n" not in message
 
 
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_an_unknown_model_name_gets_404(url):
     response = httpx.post(f"{url}/completions", json={"model": "gpt-4", "prompt": [1, 2]})
     assert response.status_code == 404
 
 
-@pytest.mark.slow  # `gymflow serve-model` processes
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_serve_model_on_a_missing_path_exits_with_one_line(tmp_path):
     missing = tmp_path / "no-model"
     done = subprocess.run(
@@ -150,6 +155,7 @@ def test_serve_model_on_a_missing_path_exits_with_one_line(tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_sampling_params_reach_the_server(client, fmt):
     """A seeded request is reproducible; temperature and top_p change the draw but not the logprobs' meaning."""
     prompt = [fmt.encode("Thought: the goal")]
@@ -159,6 +165,7 @@ def test_sampling_params_reach_the_server(client, fmt):
     assert all(x <= 0 for x in a[0].logprobs) and torch.isfinite(torch.tensor(a[0].logprobs)).all()
 
 
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_evaluate_through_a_server_stores_what_the_in_process_policy_plays(saved, url, tmp_path):
     from gymflow.config import EvalParams, RolloutParams
     from gymflow.eval.agenteval import evaluate_policy
@@ -216,7 +223,7 @@ def test_serve_model_with_a_bad_port_or_limit_is_a_one_line_error(saved, busy_po
     assert err.startswith("error:") and message in err
 
 
-@pytest.mark.slow  # `gymflow serve-model` processes
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_serve_model_port_minus_one_from_the_shell(saved):
     done = subprocess.run(
         [sys.executable, "-m", "gymflow", "serve-model", str(saved), "--port", "-1"],
@@ -227,7 +234,7 @@ def test_serve_model_port_minus_one_from_the_shell(saved):
     assert done.returncode == 2 and done.stderr == "error: --port must be between 1 and 65535 (got -1)\n"
 
 
-@pytest.mark.slow  # `gymflow serve-model` processes
+@pytest.mark.slow  # a `gymflow serve-model` process
 def test_the_limits_are_printed_at_start_up(url, server_log):
     log = server_log.read_text()
     assert "limits: n <= 64, prompts x n <= 256, max_tokens <= 1024" in log
