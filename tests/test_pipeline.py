@@ -40,6 +40,7 @@ def tiny_params() -> dict:
     params["instructions"]["train"] = dict.fromkeys(envs, 3)
     params["instructions"]["eval"] = dict.fromkeys(envs, 2)
     params["trajectories"]["tasks"] = dict.fromkeys(envs, 2)
+    params["trajectories"]["demonstrators"] = {}  # the experts: every AgentTraj task solved, checked below
     params["model"] = {**params["model"], "vocab_size": 400, "hidden_size": 16, "intermediate_size": 32}
     sft_envs = dict.fromkeys(params["sft"]["envs"], 1)
     params["sft"] = {**params["sft"], "envs": sft_envs, "batch_size": 2, "bf16": False, "log_every": 1}
@@ -48,6 +49,7 @@ def tiny_params() -> dict:
     # AgentEvol: two iterations on every train task of two environments, 2 samples each
     iterations = {"evol1": {"explorer": "sft"}, "evol2": {"explorer": "evol1"}}
     evol = {"tasks": {"maze": None, "textcraft": 2}, "samples": 2, "epochs": 1.0, "iterations": iterations}
+    evol |= {"keep": "all", "merge_sft": True}  # AgentGym's merge: the learning set counted below
     params["evol"] = {**params["evol"], **evol}
     # RL: two iterations of 2 maze tasks x 2 samples, turn limits 2 then 3
     horizon = [{"turns": 2, "iterations": 1}, {"turns": 3}]

@@ -144,3 +144,17 @@ def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch, avx5
     assert use_bf16("auto") is expected
     assert use_bf16(True) is True and use_bf16(False) is False  # an explicit setting is obeyed
     assert sft_args(SFTParams(envs={"maze": 1}), Path("out")).bf16 is expected
+
+
+def test_nothing_to_learn_saves_the_start_unchanged(tmp_path, init_dir):
+    """AgentEvol unmerged with nothing kept (and its control, matched to 0 rows) learns from an empty set: the
+    result is the start, weights equal, 0 episodes, an empty curve."""
+    from gymflow.models.files import weights_hash
+
+    out = tmp_path / "evol1"
+    metrics = train_sft(str(init_dir), out, [], SFTParams(envs={"maze": 1}), tmp_path / "curve.csv")
+    start = AutoModelForCausalLM.from_pretrained(init_dir)
+    assert metrics["episodes"] == 0 and weights_hash(
+        AutoModelForCausalLM.from_pretrained(out)
+    ) == weights_hash(start)
+    assert (tmp_path / "curve.csv").read_text().strip() == "step,loss,lr"

@@ -290,6 +290,11 @@ def train_sft(
     `assistant_masks`) and save the result (merged, if LoRA) to `out_dir`."""
     tokenizer = load_tokenizer(init_model)
     model = AutoModelForCausalLM.from_pretrained(init_model)
+    if not data:  # nothing to learn (AgentEvol kept no episode, unmerged): the start is the result, unchanged
+        if os.environ.get("RANK", "0") == "0":  # the first process writes, as below
+            write_curve(curve_path, [])
+            save_model(model, tokenizer, out_dir)
+        return {"train_loss": 0.0, "episodes": 0, "tokens_per_second": 0, "bf16": False, "wall_seconds": 0.0}
     # Checkpoints of this exact run only: other parameters, starting weights or data start afresh.
     run_key = config_hash([cfg.model_dump(), weights_hash(model), [config_hash(row) for row in data]])
     root = checkpoint_dir(out_dir, run_key)
