@@ -10,6 +10,7 @@ machine has (torch, transformers, peft, accelerate, pyarrow) and pydantic, carri
 says how. `--device cpu --quick` runs the same code on tiny sizes in seconds (tests/test_gpu_check.py).
 
 - rollout: maze episodes from the eval split through `gymflow.rollout.engine.rollout`, after a short warm-up;
+  each size again at wide batches (`rollout_default_b256`, ...), as many episodes as the batch;
 - update: `PolicyGradient.prepare` + `step` of the LOOP preset on a synthetic batch, as benchmarks/rl_update.py's
   "loop" row (prompts x samples random ids, each group's rewards mixed), median of a few after a warm-up;
 - rl: `train_rl` from the default-size model for a few iterations (maze, no |A| filter, so every step trains).
@@ -60,6 +61,9 @@ class Sizes:
     expert_tasks: int  # maze tasks whose expert episodes train the tokenizer
     episodes: int  # timed rollout episodes per size
     batch: int  # episodes sharing one KV cache
+    wide_batches: tuple[
+        int, ...
+    ]  # each size again at these batches (as many episodes): how the engine scales
     max_new_tokens: int
     prompts: int  # update: G groups of K samples, each prompt + completion ids
     samples: int
@@ -81,13 +85,14 @@ FULL = Sizes(
     expert_tasks=50,
     episodes=64,
     batch=32,
+    wide_batches=(256, 1024),
     max_new_tokens=48,
     prompts=8,
     samples=8,
     prompt_len=256,
     completion_len=64,
     repeats=5,
-    rl_tasks=8,
+    rl_tasks=64,
     rl_samples=4,
     rl_iterations=3,
 )
@@ -101,6 +106,7 @@ QUICK = Sizes(
     expert_tasks=6,
     episodes=4,
     batch=4,
+    wide_batches=(8,),
     max_new_tokens=8,
     prompts=2,
     samples=2,
@@ -160,11 +166,15 @@ def params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def time_rollout(cfg: ModelConfig, fmt: ChatFormat, sizes: Sizes, device: str) -> dict[str, Any]:
-    """Episodes, environment steps and generated tokens per second of the engine on `device`."""
+def time_rollout(
+    cfg: ModelConfig, fmt: ChatFormat, sizes: Sizes, device: str, batch: int | None = None
+) -> dict[str, Any]:
+    """Episodes, environment steps and generated tokens per second of the engine on `device`: `sizes.episodes`
+    at `sizes.batch`, or as many episodes as `batch` in one KV cache."""
     model = build_model(cfg, fmt.tokenizer).to(device).eval()
-    tasks = build_splits(Maze, 0, sizes.episodes, seed=0)["eval"]
-    sampling = SamplingConfig(max_new_tokens=sizes.max_new_tokens, batch_size=sizes.batch)
+    batch = batch or sizes.batch
+    tasks = build_splits(Maze, 0, max(sizes.episodes, batch), seed=0)["eval"]
+    sampling = SamplingConfig(max_new_tokens=sizes.max_new_tokens, batch_size=batch)
     generator = torch.Generator().manual_seed(0)
     rollout(model, fmt, [(t, 0) for t in tasks[:2]], sampling, horizon=2, generator=generator)  # warm-up
     sync(device)
@@ -177,7 +187,7 @@ def time_rollout(cfg: ModelConfig, fmt: ChatFormat, sizes: Sizes, device: str) -
     return {
         "params": params(model),
         "episodes": len(episodes),
-        "batch": sizes.batch,
+        "batch": batch,
         "max_new_tokens": sizes.max_new_tokens,
         "seconds": round(seconds, 3),
         "episodes_per_s": len(episodes) / seconds,
@@ -255,7 +265,9 @@ def short_rl(cfg: ModelConfig, fmt: ChatFormat, sizes: Sizes) -> dict[str, Any]:
             "min_abs_advantage": 0
         },  # a random agent's groups are mostly all 0: keep them, so steps run
     )
-    play = RolloutParams(max_new_tokens=sizes.max_new_tokens, max_length=1024, batch_size=sizes.batch)
+    play = RolloutParams(
+        max_new_tokens=sizes.max_new_tokens, max_length=1024, batch_size=sizes.wide_batches[0]
+    )  # an iteration's episodes in one KV cache
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         folder = Path(tmp)
         build_model(cfg, fmt.tokenizer).save_pretrained(folder / "start")
@@ -330,6 +342,10 @@ def main() -> None:
         for size, cfg in sizes.models.items():
             run = lambda m=measure, c=cfg: m(c, fmt, sizes, args.device)  # noqa: E731
             ok &= run_part(results, f"{part}_{size}", run, args.out)
+    for size, cfg in sizes.models.items():
+        for batch in sizes.wide_batches:
+            wide = lambda c=cfg, b=batch: time_rollout(c, fmt, sizes, args.device, b)  # noqa: E731
+            ok &= run_part(results, f"rollout_{size}_b{batch}", wide, args.out)
     ok &= run_part(results, "rl", lambda: short_rl(sizes.models["default"], fmt, sizes), args.out)
     results["seconds"] = round(time.perf_counter() - began, 1)
     results["modules"] = third_party_modules()

@@ -33,7 +33,15 @@ ABSENT = [
     "textworld",
     "wordfreq",
 ]
-PARTS = ["rollout_default", "rollout_15M", "update_default", "update_15M", "rl"]
+PARTS = [
+    "rollout_default",
+    "rollout_15M",
+    "rollout_default_b8",
+    "rollout_15M_b8",
+    "update_default",
+    "update_15M",
+    "rl",
+]
 
 
 def run(args: list[str], absent: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -62,6 +70,8 @@ def test_the_cpu_path_runs_every_part_without_the_libraries_a_lent_machine_lacks
         assert min(rollout["episodes_per_s"], rollout["env_steps_per_s"], rollout["tokens_per_s"]) > 0
         assert update["seconds"] > 0 and update["tokens_per_s"] > 0 and update["optimizer_steps"] == 8
     assert result["rollout_15M"]["params"] > result["rollout_default"]["params"]
+    wide = result["rollout_default_b8"]
+    assert wide["batch"] == wide["episodes"] == 8 and wide["params"] == result["rollout_default"]["params"]
     rl = result["rl"]
     assert rl["iterations"] == 1 and rl["episodes"] == 4 and rl["train_tokens_per_s"] > 0
     assert not set(ABSENT) & set(result["modules"]) and "torch" in result["modules"]
