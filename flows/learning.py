@@ -13,11 +13,13 @@ needs. Every experiment runs the pipeline's `compare` stage, which pairs each me
 same held-out tasks; the flow pools those pairs over seeds exactly (`gymflow.eval.compare.pool`) and writes
 data/compare/learning.md (per seed and pooled: method and baseline success, the paired difference and its
 standard error), data/compare/learning.csv (held-out success against training rows or RL episodes, one line
-per seed and method: the plot's data) and data/compare/learning.html.
+per seed and method: the plot's data) and data/compare/learning.html; each finished experiment's metrics go to
+data/compare/learning/<experiment>.json (in git), so the table and a resumed flow need no DVC refs of another clone.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -35,6 +37,7 @@ from gymflow.eval.compare import Paired, pool
 from gymflow.store.io import write_csv, write_text
 
 SEEDS = (0, 1, 2)
+RUNS = Path("data/compare/learning")  # <experiment>.json: each finished experiment's metrics, kept in git
 HEAD = "learning-head"  # the checked-out commit runs the default pipeline, not this regime
 TARGETS = (
     "compare",
@@ -222,18 +225,31 @@ def plot(rows: list[dict]) -> str:
     return fig.to_html(include_plotlyjs=True, full_html=True)
 
 
+def recorded(repo: str) -> dict[str, dict[str, dict]]:
+    """This flow's experiments, finished here or in an earlier checkout: DVC keeps an experiment's metrics in
+    refs that a clone or another machine does not have, so each is also written to `RUNS` (one file, in git),
+    and the table is built from every one recorded. Keeps `RUNS` up to date with what DVC has."""
+    folder = Path(repo) / RUNS
+    ours = {name(v, s) for v in VARIANTS for s in SEEDS}
+    for exp, metrics in finished(repo, HEAD, prefix="data/metrics/").items():
+        if exp in ours:
+            write_text(folder / f"{exp}.json", json.dumps(metrics, indent=1, sort_keys=True) + "\n")
+    return {f.stem: json.loads(f.read_text()) for f in sorted(folder.glob("*.json")) if f.stem in ours}
+
+
 @flow(name="gymflow-learning", log_prints=True)
 def learning(repo: str = ".", run: bool = True) -> str:
     if run:
         params = load_params(Path(repo) / "params.yaml").model_dump()
-        done = finished(repo, HEAD, prefix="data/metrics/")  # a rerun resumes
+        done = recorded(repo)  # a rerun resumes
         for seed in SEEDS:  # every variant of a seed before the next seed: a stopped flow has all orderings
             for variant in VARIANTS:
                 if name(variant, seed) not in done:
                     experiment.with_options(name=name(variant, seed))(
                         name(variant, seed), overrides(params, variant, seed), repo, TARGETS
                     )
-    runs = finished(repo, HEAD, prefix="data/metrics/")
+                    recorded(repo)  # a stop between experiments loses none
+    runs = recorded(repo)
     rows = curve(runs)
     write_csv(Path(repo) / "data/compare/learning.csv", rows, ["seed", "method", "rows", "success"])
     if rows:

@@ -117,3 +117,16 @@ def test_overrides_set_nested_dicts_key_by_key_and_add_what_params_lack():
         "+rl.lr=2e-05",
         "+rl.tasks={maze:8}",
     ]
+
+
+def test_finished_experiments_are_recorded_in_git_and_read_back_when_dvc_no_longer_has_them(
+    tmp_path, monkeypatch
+):
+    metrics = {"compare": {"rl_vs_sft": {"maze": {"n": 3, "mean": 0.1}}}}
+    shown = {"learning-loop-s1": metrics, "learning-head": {"compare": {}}, "other-exp": metrics}
+    monkeypatch.setattr(learning, "finished", lambda repo, head, prefix: shown)
+    first = learning.recorded(str(tmp_path))
+    assert first == {"learning-loop-s1": metrics}  # the flow's own experiments only
+    assert sorted(p.name for p in (tmp_path / learning.RUNS).iterdir()) == ["learning-loop-s1.json"]
+    monkeypatch.setattr(learning, "finished", lambda repo, head, prefix: {})  # a fresh clone: no DVC refs
+    assert learning.recorded(str(tmp_path)) == first
