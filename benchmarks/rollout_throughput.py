@@ -1,25 +1,31 @@
-"""Rollout throughput of the engine (one reused KV cache per batch) against the simplest alternative: one
-episode at a time, `model.generate` over the whole re-encoded history every turn; and against the engine
-without `Decoder.keep` (finished episodes and earlier turns' padding left in the cache).
+"""Rollout throughput of the engine, two tables in one run.
 
-Same model, tasks, turn limit and reply length in one run; prints episodes, environment steps and generated
-tokens per second for each, and the ratios. Uses `--model` (default data/models/init) when it exists,
-otherwise a freshly built default model. Compaction matters where episodes end apart: a trained model
-(`--model data/models/sft`); greedy (`--temperature 0`) makes both engine paths play identical episodes.
+1. Decoding against the hardware (`--batches`, `--sizes`): the engine's `Decoder` against a bare transformers
+   loop (the model's own `DynamicCache`, argmax, nothing else) on the same prompts (`--prompt-len` random ids,
+   then `--new-tokens` greedy steps, no environment), and both against two limits measured in the same run:
+   the arithmetic one (the FLOP a generated token costs, at the mean context, over the GFLOP/s of a matrix
+   product of the model's shapes at that batch) and the memory one (the bytes of KV cache each token's
+   attention reads, over the bandwidth of summing a large tensor). Both paths must give the same token ids.
+2. Episodes (`--env`): the engine against one episode at a time with `model.generate` over the whole
+   re-encoded history every turn, and against the engine without `Decoder.keep` (finished episodes and earlier
+   turns' padding left in the cache). Uses `--model` (default data/models/init) when it exists, otherwise a
+   freshly built default model. Compaction matters where episodes end apart: a trained model
+   (`--model data/models/sft`); greedy (`--temperature 0`) makes both engine paths play identical episodes.
 
-    python benchmarks/rollout_throughput.py [--env maze] [--episodes 64] [--batch 32] [--model PATH]
+    python benchmarks/rollout_throughput.py [--batches 16 64 256 1024] [--sizes default 15M] [--env maze]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from gymflow.agent.chat import ChatFormat
 from gymflow.agent.react import parse_action
@@ -34,6 +40,10 @@ from gymflow.rollout.engine import SamplingConfig, rollout
 from gymflow.rollout.expert import run_expert
 
 NAIVE = "naive"  # generate() on the re-encoded history, one episode at a time
+SIZES = {  # name -> decoder; 15M as benchmarks/rl_update.py's and gpu_check.py's second size
+    "default": ModelConfig(),
+    "15M": ModelConfig(hidden_size=384, intermediate_size=1536, layers=6, heads=6, kv_heads=6),
+}
 
 
 class KeepAll(Decoder):
@@ -56,6 +66,111 @@ class KeepAll(Decoder):
         on = [row in self.rows for row in range(self.mask.shape[0])]
         out = super().decode(logits, on, *args, **kwargs)
         return [out[row] for row in self.rows]
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """What `build_model` reads of a tokenizer, for a model that decodes random ids."""
+
+    size: int
+    eos_token_id: int = 1
+    pad_token_id: int = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def gflops(rows: int, inner: int, outer: int, seconds: float = 1.0) -> float:
+    """GFLOP/s of a (rows x inner) @ (inner x outer) product, repeated for about `seconds`."""
+    a, b = torch.randn(rows, inner), torch.randn(inner, outer)
+    a @ b
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        n += 1
+    return 2 * rows * inner * outer * n / (time.perf_counter() - start) / 1e9
+
+
+def read_gbps(megabytes: int = 512, repeats: int = 5) -> float:
+    """GB/s of reading a tensor far larger than the caches (`sum`): what streaming a KV cache can reach."""
+    x = torch.ones(megabytes * 2**18)
+    x.sum()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        x.sum()
+    return x.numel() * 4 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def per_token(cfg: ModelConfig, vocab: int, context: float) -> tuple[float, float]:
+    """FLOP and KV-cache bytes (fp32) of one generated token at `context` cached tokens: the linear layers and
+    tied LM head (2 FLOP a weight), attention's scores and weighted sum (4 x context x width a layer)."""
+    head = cfg.hidden_size // cfg.heads
+    kv = cfg.kv_heads * head
+    per_layer = cfg.hidden_size * (2 * cfg.hidden_size + 2 * kv) + 3 * cfg.hidden_size * cfg.intermediate_size
+    flop = 2 * (cfg.layers * per_layer + vocab * cfg.hidden_size) + 4 * context * cfg.hidden_size * cfg.layers
+    return flop, 2 * cfg.layers * context * kv * 4
+
+
+@torch.no_grad()
+def bare_loop(model, prompts: torch.Tensor, steps: int) -> tuple[list[list[int]], float]:
+    """The model's own cache and argmax, nothing else: ids and decode seconds (prefill excluded)."""
+    cache = DynamicCache()
+    token = model(input_ids=prompts, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1)
+    ids, start = [token], time.perf_counter()
+    for _ in range(steps - 1):
+        token = (
+            model(input_ids=token[:, None], past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1)
+        )
+        ids.append(token)
+    return torch.stack(ids, 1).tolist(), time.perf_counter() - start
+
+
+def engine_decode(model, prompts: torch.Tensor, steps: int) -> tuple[list[list[int]], float]:
+    """The engine's `Decoder` on the same prompts, greedy, no stop: ids and decode seconds (prefill excluded)."""
+    decoder = Decoder(model, len(prompts), pad_id=0)
+    logits = decoder.extend(prompts.tolist())
+    start = time.perf_counter()
+    out = decoder.decode(logits, [True] * len(prompts), steps, stop_ids=[], temperature=0)
+    return [c.token_ids for c in out], time.perf_counter() - start
+
+
+def decode_table(sizes: list[str], batches: list[int], prompt_len: int, new_tokens: int) -> Table:
+    bandwidth = read_gbps()
+    table = Table(
+        title=f"Greedy decoding: {prompt_len} prompt ids, then {new_tokens} tokens; "
+        f"{torch.get_num_threads()} threads, read bandwidth {bandwidth:.1f} GB/s"
+    )
+    columns = ["model", "batch", "engine tok/s", "bare tok/s", "x bare", "GFLOP/s", "arith. limit"]
+    for col in [*columns, "x arith.", "memory limit", "x memory", "same ids"]:
+        table.add_column(col, justify="right")
+    vocab = ModelConfig().vocab_size
+    for size in sizes:
+        cfg = SIZES[size]
+        torch.manual_seed(0)
+        model = build_model(cfg, Vocab(vocab)).eval()
+        params = sum(p.numel() for p in model.parameters())
+        flop, kv_bytes = per_token(cfg, vocab, prompt_len + new_tokens / 2)
+        for batch in batches:
+            prompts = torch.randint(2, vocab, (batch, prompt_len), generator=torch.Generator().manual_seed(0))
+            ours, ours_s = engine_decode(model, prompts, new_tokens)
+            bare, bare_s = bare_loop(model, prompts, new_tokens)
+            rate = batch * new_tokens / ours_s
+            speed = gflops(batch, cfg.hidden_size, cfg.intermediate_size)
+            arithmetic, memory = speed * 1e9 / flop, bandwidth * 1e9 / kv_bytes
+            table.add_row(
+                f"{size} ({params / 1e6:.1f}M)",
+                str(batch),
+                f"{rate:,.0f}",
+                f"{batch * new_tokens / bare_s:,.0f}",
+                f"{bare_s / ours_s:.2f}",
+                f"{speed:.0f}",
+                f"{arithmetic:,.0f}",
+                f"{rate / arithmetic:.2f}",
+                f"{memory:,.0f}",
+                f"{rate / memory:.2f}",
+                "yes" if ours == bare else "NO",
+            )
+    return table
 
 
 def load_or_build(env_name: str, path: Path) -> tuple[torch.nn.Module, ChatFormat]:
@@ -105,14 +220,24 @@ def naive(model, fmt: ChatFormat, tasks, cfg: SamplingConfig, horizon: int) -> t
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="maze")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256, 1024])
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    parser.add_argument("--prompt-len", type=int, default=300)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--env", default="maze", help="the episodes table's environment; 'none' skips it")
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--model", type=Path, default=Path("data/models/init"))
     args = parser.parse_args()
+    console = Console(width=200)
+    console.print(decode_table(args.sizes, args.batches, args.prompt_len, args.new_tokens))
+    if args.env == "none":
+        return
     torch.manual_seed(0)
     model, fmt = load_or_build(args.env, args.model)
     tasks = build_splits(ENVS[args.env], 0, args.episodes, seed=0)["eval"]
@@ -163,7 +288,7 @@ def main() -> None:
             f"{gen / secs:.0f}",
             f"{gen / secs / base_rate:.1f}",
         )
-    Console().print(table)
+    console.print(table)
 
 
 if __name__ == "__main__":
