@@ -7,6 +7,7 @@ random bytes named .parquet, and a stray damaged file that no stage writes (drop
 
 import os
 import random
+import shutil
 import stat
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,7 +28,9 @@ from gymflow.eval.agenteval import evaluate_policy, summarize_file
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout import agenttraj
+from gymflow.rollout import play as play_module
 from gymflow.rollout.expert import run_expert
+from gymflow.rollout.play import kept
 from gymflow.rollout.records import RunInfo
 from gymflow.store.db import connect
 from gymflow.store.io import (
@@ -464,4 +467,33 @@ def test_a_rerun_without_an_environment_leaves_none_of_its_rollouts_behind(agent
     assert (
         not (tmp_path / ".sft.speed/wordle.json").exists() and maze.stat().st_mtime_ns == played
     )  # not replayed
+    assert sorted(p.name for p in kept(tmp_path / "sft").iterdir()) == [
+        "maze.episodes.parquet",
+        "maze.turns.parquet",
+    ]
     assert connect(tmp_path).execute("select distinct env from episodes").fetchall() == [("maze",)]
+
+
+def test_a_run_whose_output_folder_dvc_emptied_finds_its_episodes_kept_and_plays_nothing(
+    agent, tmp_path, monkeypatch
+):
+    """DVC deletes a stage's (non-persistent) output folder before running it: an interrupted or repeated
+    evaluation must not play again what it played with the same settings and weights, and SQL must count each
+    episode once though it has two names."""
+    cfg, play = EvalParams(envs=["maze"]), RolloutParams(max_new_tokens=6, max_length=512)
+    tasks = {"maze": TASKS["eval"]}
+    first = evaluate_policy("sft", agent, tasks, cfg, play, tmp_path)
+    tables = {t: read_rows(tmp_path / f"sft/maze.{t}.parquet") for t in ("episodes", "turns")}
+    shutil.rmtree(tmp_path / "sft")  # as `dvc repro` does
+    monkeypatch.setattr(play_module, "play_jobs", lambda *a, **k: pytest.fail("played again"))
+    again = evaluate_policy("sft", agent, tasks, cfg, play, tmp_path)
+    assert {t: read_rows(tmp_path / f"sft/maze.{t}.parquet") for t in tables} == tables
+    assert again == first
+    n = connect(tmp_path).execute("select count(*) from episodes").fetchone()[0]
+    assert n == len(tables["episodes"]) == len(TASKS["eval"])
+    other = EvalParams(envs=["maze"], seed=cfg.seed + 1)  # other settings: the kept tables are not current
+    monkeypatch.undo()
+    evaluate_policy("sft", agent, tasks, other, play, tmp_path)
+    assert file_metadata(kept(tmp_path / "sft") / "maze.episodes.parquet") == file_metadata(
+        tmp_path / "sft/maze.episodes.parquet"
+    )

@@ -2,12 +2,17 @@
 
 Shared by evaluation and AgentEvol's exploration. An environment's tables carry a hash of what was played
 (settings, the weights, the jobs), so a rerun with the same ones plays nothing again: an interrupted stage
-resumes from the environments it had not finished.
+resumes from the environments it had not finished. Each table also has a second name beside the tracked
+folder (`kept`), because DVC empties a stage's output folder before running it: only a `persist` output
+survives, and a stage with one is never restored from DVC's run-cache, so every experiment replayed every
+evaluation and exploration it shared with the last one.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,7 +67,11 @@ def play(
     `settings`, weights and jobs. Returns the episodes table."""
     jobs = [[(t.task_id, i) for t, i in run] for run, _ in runs]
     digest = config_hash([settings, policy.weights_hash, jobs])
-    if not is_current(folder, prefix, digest):
+    if is_current(folder, prefix, digest):
+        return table_path(folder, prefix, "episodes")
+    if is_current(kept(folder), prefix, digest):
+        _link(kept(folder), folder, prefix)
+    else:
         generator = torch.Generator().manual_seed(seed)
         start = time.perf_counter()
         episodes = [
@@ -73,14 +82,36 @@ def play(
         speed = rollout_speed(episodes, time.perf_counter() - start)
         write_text(speed_path(folder, prefix), json.dumps({"config_hash": digest, **speed}) + "\n")
         write_episodes(folder, prefix, episodes, info, {"gymflow.config_hash": digest})
+        _link(folder, kept(folder), prefix)
     return table_path(folder, prefix, "episodes")
+
+
+def kept(folder: Path) -> Path:
+    """Where the tables `play` wrote to `folder` keep a second name: beside it, not in it, so DVC neither hashes
+    nor deletes it. A hard link costs no space; the stage's output stays an ordinary, run-cached one."""
+    return folder.parent / f".{folder.name}.kept"
+
+
+def _link(source: Path, target: Path, prefix: str) -> None:
+    """Give `source`'s tables of `prefix` a name in `target` (a copy where the file system has no hard links),
+    each replacing the old name at once."""
+    target.mkdir(parents=True, exist_ok=True)
+    for kind in ("episodes", "turns"):
+        src, dst = table_path(source, prefix, kind), table_path(target, prefix, kind)
+        tmp = dst.with_name(f".{dst.name}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        tmp.replace(dst)
 
 
 def drop_others(folder: Path, prefixes: Sequence[str]) -> None:
     """Delete the tables (and speeds) in `folder` of every prefix but `prefixes`. Rollout folders persist, so
     that a rerun plays only what changed; an environment the run no longer plays must not stay behind, where
     AgentEvol would learn from it (another tokenizer's ids, after a change of model) and SQL would count it."""
-    for path in sorted(folder.glob("*.parquet")):
+    for path in sorted([*folder.glob("*.parquet"), *kept(folder).glob("*.parquet")]):
         prefix = path.name.removesuffix(".parquet").rsplit(".", 1)[0]
         if prefix not in prefixes:
             path.unlink()

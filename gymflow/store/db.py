@@ -30,7 +30,14 @@ from gymflow.store.schema import TABLES
 
 
 def table_files(data_dir: str | Path, table: str) -> list[Path]:
-    return sorted(Path(data_dir).rglob(f"*.{table}.parquet"))
+    """Every `table` file under `data_dir` but those in hidden folders, where a second name of a table waits
+    for a resumed run (`gymflow.rollout.play.kept`) and would count each episode twice."""
+    root = Path(data_dir)
+    return sorted(
+        p
+        for p in root.rglob(f"*.{table}.parquet")
+        if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1])
+    )
 
 
 # Columns the views expose in a more useful type: success as 0/1, so `avg(success)` is a success rate.
