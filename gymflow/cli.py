@@ -291,6 +291,10 @@ def cmd_serve_env(args: argparse.Namespace) -> None:
     if args.env not in ENV_NAMES:
         raise UserError(f"unknown environment {args.env!r}; choose one of: {', '.join(sorted(ENV_NAMES))}")
     limits = EnvLimits(args.max_sessions, args.ttl, args.max_body_kb, args.max_turns)
+    if args.env == "household":  # a bad bound of its game cache stops the server before it serves
+        from gymflow.envs.household import cache_limit
+
+        cache_limit()
     if tasks_file(args.data, args.env).exists():
         tasks = load_tasks(args.data, args.env, args.split)
     else:
@@ -435,7 +439,10 @@ def parser() -> argparse.ArgumentParser:
     )
     vserve.set_defaults(func=cmd_serve_vllm)
     env_server = sub.add_parser(
-        "serve-env", help="serve an environment over HTTP (AgentGym's protocol; rollout.env_servers)"
+        "serve-env",
+        help="serve an environment over HTTP (AgentGym's protocol; rollout.env_servers)",
+        epilog="household keeps the games clients name in $GYMFLOW_CACHE/textworld, least recently used "
+        "deleted past $GYMFLOW_HOUSEHOLD_CACHE_MB (default 1024)",
     )
     env_server.add_argument("env", help=ENV_HELP)
     env_server.add_argument(

@@ -17,6 +17,13 @@ first `reset` of a task compiles it with Inform 7 (about 1 s) into `$GYMFLOW_CAC
 `~/.cache/gymflow/textworld`), keyed by seed, settings and TextWorld version, written atomically; later
 resets start in about 0.05 s.
 
+The game cache is bounded (a client of `gymflow serve-env household` can name any seed, and a game is about
+420 KB): once its games pass `$GYMFLOW_HOUSEHOLD_CACHE_MB` (default 1024, about 2,400 games; the pipeline's
+household sets in params.yaml are 250), a compile deletes the least recently used ones (a reset marks its game used)
+until they fit. A game used in the last `IN_USE_SECONDS` is never deleted, so another process's game is not
+taken while it loads (so a burst of new seeds may pass the bound by the games compiled in those seconds); a
+reset whose game went anyway between its lookup and its load compiles it again.
+
 Difficulty is the quest length, which is the walkthrough's length: 2, 4, 6 or 8 steps, in worlds of 3 to 6
 rooms. Reward is 1 when the quest is won, else 0. The expert plays TextWorld's `policy_commands`, the
 winning policy re-planned from the current state, so it also works mid-episode. Commands are checked
@@ -33,6 +40,7 @@ import random
 import re
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from functools import lru_cache
@@ -42,6 +50,7 @@ from typing import Any
 from pydantic import model_validator
 
 from gymflow.envs.base import BadTask, Env, EnvSpec, Hidden, NoExpert, Step, Task, echo, task_rng
+from gymflow.errors import UserError
 
 # difficulty (walkthrough length) -> game settings
 LEVELS: dict[str, dict[str, int]] = {
@@ -164,14 +173,103 @@ def game_key(seed: int, settings: dict[str, int]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
 
 
+CACHE_MB_VAR = "GYMFLOW_HOUSEHOLD_CACHE_MB"
+DEFAULT_CACHE_MB = 1024  # about 2,400 games of ~420 KB; the pipeline's household sets are 250 games at most
+LOAD_ATTEMPTS = 5  # a reset whose game another process evicts before it loads compiles it again
+IN_USE_SECONDS = 30.0  # a game used this recently is never evicted (another process may be loading it)
+STALE_BUILD_SECONDS = 3600.0  # a build folder this old was left by a killed compile (one takes about 1 s)
+
+
+def cache_limit() -> int:
+    """The game cache's bound in bytes: $GYMFLOW_HOUSEHOLD_CACHE_MB (MiB, default DEFAULT_CACHE_MB)."""
+    raw = os.environ.get(CACHE_MB_VAR, "").strip()
+    if not raw:
+        return DEFAULT_CACHE_MB * 2**20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = float("nan")
+    if not 0 <= mb < float("inf"):
+        raise UserError(
+            f"{CACHE_MB_VAR}={echo(raw[:40])} is not a size: give the household game cache's bound in MiB, "
+            f"a number >= 0 (default {DEFAULT_CACHE_MB})"
+        )
+    return int(mb * 2**20)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def evict(root: Path, limit: int) -> int:
+    """Delete the least recently used games in `root` until they take at most `limit` bytes; return the bytes
+    left. A game's last use is its .z8's mtime (`game_file` touches it). Games used in the last IN_USE_SECONDS
+    stay even past the limit; safe beside other processes that build, load and evict in the same folder."""
+    now = time.time()
+    games: list[tuple[float, int, Path]] = []  # (last use, bytes of .z8 and .json, .z8)
+    total = 0
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if entry.name.startswith(".build-") and entry.is_dir(follow_symlinks=False):
+            if now - st.st_mtime > STALE_BUILD_SECONDS:  # a compile killed midway; nothing loads from it
+                shutil.rmtree(path, ignore_errors=True)
+        elif entry.name.endswith(".z8") and not entry.name.startswith("."):
+            size = st.st_size + _size(path.with_suffix(".json"))
+            games.append((st.st_mtime, size, path))
+            total += size
+        elif entry.name.endswith(".json") and not entry.name.startswith("."):
+            if path.with_suffix(".z8").exists():
+                continue  # counted with its game
+            if now - st.st_mtime > IN_USE_SECONDS:  # a .json whose .z8 went (or was never renamed in)
+                path.unlink(missing_ok=True)
+            else:
+                total += st.st_size  # a game being renamed into place
+    games.sort()
+    for used, size, path in games:
+        if total <= limit:
+            break
+        if now - used < IN_USE_SECONDS:
+            break  # this one and every later one are in use
+        try:  # look again: it may have been used since the scan
+            recent = now - path.stat().st_mtime < IN_USE_SECONDS
+        except FileNotFoundError:  # another process evicted it
+            recent = False
+        if recent:
+            continue
+        path.unlink(missing_ok=True)  # the .z8 first: a lookup that finds it finds its .json
+        path.with_suffix(".json").unlink(missing_ok=True)
+        total -= size
+    return total
+
+
 def game_file(seed: int, settings: dict[str, int]) -> Path:
-    """The compiled game (.z8 next to its .json), compiled on first use; the .z8 appears last, atomically."""
+    """The compiled game (.z8 next to its .json), compiled on first use; the .z8 appears last, atomically.
+    A lookup marks the game used; a compile then bounds the cache (`evict`)."""
     import textworld.generator
 
     root = cache_root()
     path = root / f"{game_key(seed, settings)}.z8"
-    if path.exists():
-        return path
+    try:
+        os.utime(path)  # its last use, for the least-recently-used eviction
+        if path.with_suffix(".json").exists():
+            return path
+    except FileNotFoundError:
+        pass
+    except OSError:  # a cache we may read but not touch
+        if path.exists() and path.with_suffix(".json").exists():
+            return path
+    limit = cache_limit()
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
     try:
@@ -179,10 +277,12 @@ def game_file(seed: int, settings: dict[str, int]) -> Path:
         opts.path = str(tmp / "game.z8")
         opts.force_recompile = True
         built = Path(textworld.generator.compile_game(textworld.generator.make_game(opts), opts))
+        os.utime(built.with_suffix(".json"))  # new: `evict` takes an old .json without its .z8 for a leftover
         os.replace(built.with_suffix(".json"), path.with_suffix(".json"))
         os.replace(built, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    evict(root, limit)
     return path
 
 
@@ -396,11 +496,20 @@ class Household(Env):
 
         self.close()
         settings = {k: int(task.hidden[k]) for k in ("quest_length", "rooms", "objects")}
-        path = str(game_file(task.seed, settings))
-        with warnings.catch_warnings():  # jericho: "not fully supported" (TextWorld tracks the state itself)
-            warnings.simplefilter("ignore")
-            self.game = textworld.start(path, textworld.EnvInfos(**dict.fromkeys(INFOS, True)))
-            self.state = self.game.reset()
+        for attempt in range(LOAD_ATTEMPTS):
+            path = game_file(task.seed, settings)
+            try:
+                with warnings.catch_warnings():  # jericho: "not fully supported" (TextWorld tracks the state)
+                    warnings.simplefilter("ignore")
+                    self.game = textworld.start(str(path), textworld.EnvInfos(**dict.fromkeys(INFOS, True)))
+                    self.state = self.game.reset()
+                break
+            except Exception:
+                self.close()
+                gone = not (path.exists() and path.with_suffix(".json").exists())
+                if not gone or attempt == LOAD_ATTEMPTS - 1:
+                    raise
+                # evicted by another process between the lookup and the load: compile it again
         if list(self.state.policy_commands) != list(task.hidden["walkthrough"]):
             raise BadTask(  # the row's mistake, or a row made by another TextWorld: either way not this game
                 f"{echo(task.task_id)}: the rebuilt game differs from the task: hidden.walkthrough is not the "
