@@ -1,5 +1,5 @@
 """Set up Prefect for running stages on other machines: the `gymflow-results` block where flow runs keep their
-results (a stage run returns its dvc.lock through it), the process work pools gymflow-cpu and gymflow-gpu whose
+results (a stage run returns its dvc.lock and `cache: false` outputs through it), the process work pools gymflow-cpu and gymflow-gpu whose
 runs use that block, and the deployments of prefect.yaml (the stage flow on each pool, the pipeline with
 `pools` on gymflow-cpu). Safe to rerun: the block, the pools' settings and the deployments are updated.
 

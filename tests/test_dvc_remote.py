@@ -1,7 +1,8 @@
 """Shared DVC storage: a tiny DVC project pushed to a local-directory remote from one clone is pulled by another
 (another machine) without rerunning a stage; the commands a pool's worker runs for a stage
 (flows.dvc_tasks.bring_up_to_date) rerun a stage made stale elsewhere and download nothing for an up-to-date
-one; and which of the real pipeline's outputs a remote cannot carry."""
+one; the `cache: false` outputs no remote carries travel with the lock between a pipeline and its pool runs
+(flows.stage run as a function on each "machine"); and which of the real pipeline's outputs travel which way."""
 
 import os
 import subprocess
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.dvc_tasks import bring_up_to_date, has_remote, pull_outputs
+import flows.dvc_tasks
+from flows.dvc_tasks import bring_up_to_date, has_remote, pull_outputs, received, sent
+from flows.stage import stage
 from gymflow.errors import UserError
 
 pytestmark = pytest.mark.slow  # DVC projects, clones and remotes
@@ -187,8 +190,139 @@ def test_without_a_remote_a_stage_is_reproduced_in_the_one_checkout_with_nothing
     assert ran("".join(dvc(*command, cwd=project) for command in commands)) == []
 
 
-def test_reading_an_output_no_remote_carries_stops_with_the_fix(tmp_path):
-    uncached = DVC_YAML.replace("outs: [data/r.txt]", "outs:\n      - data/r.txt:\n          cache: false")
-    project = make_project(tmp_path / "uncached", tmp_path / "storage", dvc_yaml=uncached)
-    with pytest.raises(UserError, match=r"data/r.txt is `cache: false` .* remove `cache: false`"):
-        pull_outputs(str(project), "data/r.txt")  # built on another machine: not here
+# train's metrics are `cache: false` and report reads them (as control, compare and plot_evol read other stages'
+# metrics): a machine that runs report has them only if they travel with the lock
+UNCACHED = """stages:
+  prepare:
+    cmd: python make.py prepare
+    deps: [make.py]
+    params: [text]
+    outs: [data/a.txt]
+  train:
+    cmd: python make.py train
+    deps: [make.py, data/a.txt]
+    params: [factor]
+    outs:
+      - data/b:
+          persist: true
+    metrics:
+      - data/metrics/train.json:
+          cache: false
+  report:
+    cmd: python make.py report
+    deps: [make.py, data/metrics/train.json]
+    outs: [data/r.txt]
+    metrics:
+      - data/metrics/report.json:
+          cache: false
+    plots:
+      - data/plots/report.csv:
+          cache: false
+"""
+MAKE_UNCACHED = MAKE.replace(
+    """    Path("data/r.txt").write_text(str(len(Path("data/b/x.txt").read_text())))""",
+    """    factor = json.loads(Path("data/metrics/train.json").read_text())["factor"]
+    Path("data/r.txt").write_text(str(factor * 10))
+    Path("data/metrics/report.json").write_text(json.dumps({"report": factor * 10}))
+    Path("data/plots").mkdir(exist_ok=True)
+    Path("data/plots/report.csv").write_bytes(b"step,loss\\r\\n1,0.5\\r\\n")  # as csv.writer ends lines""",
+)
+
+
+@pytest.fixture
+def dvc_log(monkeypatch) -> list[str]:
+    """What flows.dvc_tasks.dvc logs (its stdout), outside a Prefect run."""
+    lines: list[str] = []
+
+    class Logger:
+        def info(self, text: str) -> None:
+            lines.append(text)
+
+    monkeypatch.setattr(flows.dvc_tasks, "get_run_logger", Logger)
+    return lines
+
+
+def on_machine(name: str, pipeline: Path, machine: Path, log: list[str], carry: bool = True) -> list[str]:
+    """What `on_pool` does for stage `name`, with `machine`'s worker running the stage flow; the stages run."""
+    parameters = sent(name, str(pipeline))
+    if not carry:
+        parameters["files"] = {}  # the lock alone, as before the files travelled with it
+    log.clear()
+    received(str(pipeline), stage.fn(**parameters, repo=str(machine)))
+    return ran("".join(log))
+
+
+def lock_md5(path: Path) -> dict[str, str]:
+    import yaml
+
+    stages = yaml.safe_load((path / "dvc.lock").read_text())["stages"]
+    return {out["path"]: out["md5"] for entry in stages.values() for out in entry["outs"]}
+
+
+def md5(path: Path) -> str:
+    import hashlib
+
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_cache_false_outputs_travel_with_the_lock_between_a_pipeline_and_its_pool_runs(tmp_path, dvc_log):
+    """prepare and report run on one machine, train on another, the pipeline on a third that runs nothing: report
+    reads train's `cache: false` metrics, which no remote carries, so they come with the lock; the pipeline's
+    checkout gets back every one, byte for byte what its lock records (CRLF lines too), and after a commit a fresh
+    clone's `dvc metrics show` and `dvc plots show` show them with no warning and no remote."""
+    pipeline = make_project(tmp_path / "pipeline", tmp_path / "storage", UNCACHED, MAKE_UNCACHED)
+    cpu, gpu, bare = (clone(pipeline, name) for name in ("cpu", "gpu", "bare"))
+    assert on_machine("prepare", pipeline, cpu, dvc_log) == ["prepare"]
+    assert on_machine("train", pipeline, gpu, dvc_log) == ["train"]
+    assert (pipeline / "data/metrics/train.json").read_text() == '{"factor": 2}'
+
+    # the lock alone: a machine that has to run report lacks train's metrics, and no remote has them
+    with pytest.raises(RuntimeError, match="data/metrics/train.json"):
+        on_machine("report", pipeline, bare, dvc_log, carry=False)
+    assert on_machine("report", pipeline, cpu, dvc_log) == ["report"]  # train's metrics came with the lock
+
+    recorded = lock_md5(pipeline)
+    small = ["data/metrics/train.json", "data/metrics/report.json", "data/plots/report.csv"]
+    assert {path: md5(pipeline / path) for path in small} == {path: recorded[path] for path in small}
+    assert (pipeline / "data/plots/report.csv").read_bytes() == b"step,loss\r\n1,0.5\r\n"
+    assert (
+        not (pipeline / "data/b").exists() and not (pipeline / "data/r.txt").exists()
+    )  # the remote has them
+    assert on_machine("report", pipeline, gpu, dvc_log) == []  # up to date wherever it is sent
+
+    commit(pipeline, "the run")  # the small files are in git, beside the lock
+    fresh = clone(pipeline, "fresh")
+    shown = subprocess.run(
+        [sys.executable, "-m", "dvc", "metrics", "show"], cwd=fresh, env=ENV, capture_output=True, text=True
+    )
+    assert shown.returncode == 0 and "failed" not in shown.stdout + shown.stderr, shown.stdout + shown.stderr
+    assert "data/metrics/report.json" in shown.stdout and "20" in shown.stdout
+    plots = subprocess.run(
+        [sys.executable, "-m", "dvc", "plots", "show", "--json"],
+        cwd=fresh,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    assert plots.returncode == 0 and "errors" not in plots.stdout, plots.stdout + plots.stderr
+
+
+def test_a_pool_run_writes_only_cache_false_outputs_it_is_sent(tmp_path, dvc_log):
+    """`files` comes over the network: a path that is not a `cache: false` output of this checkout's dvc.yaml
+    stops the run before anything is written, the lock included."""
+    project = make_project(tmp_path / "worker", None, UNCACHED, MAKE_UNCACHED)
+    for path in ("dvc.yaml", "make.py", "../outside.txt", "data/a.txt", "data/metrics/other.json"):
+        with pytest.raises(UserError, match="is not a `cache: false` output of dvc.yaml here: not written"):
+            stage.fn(name="prepare", lock="stages: {}\n", files={path: "x"}, repo=str(project))
+    assert (project / "make.py").read_text() == MAKE_UNCACHED and not (project / "dvc.lock").exists()
+    assert not (tmp_path / "outside.txt").exists() and outputs(project) == {}
+
+
+def test_pull_outputs_leaves_cache_false_outputs_to_the_lock(tmp_path, dvc_log):
+    """A flow reading metrics after pool runs pulls only cached outputs; `cache: false` ones came with the lock
+    (before, it stopped: no remote carries them)."""
+    project = make_project(tmp_path / "uncached", tmp_path / "storage", UNCACHED, MAKE_UNCACHED)
+    pull_outputs(str(project), "data/metrics")  # nothing to pull: no `dvc pull` run, no error
+    assert dvc_log == []
+    pull_outputs(str(project), "data/a.txt")  # a cached output not built yet: skipped by --allow-missing
+    assert outputs(project) == {}

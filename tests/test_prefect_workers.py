@@ -2,8 +2,8 @@
 `python -m flows.deploy`, a process worker per pool each in its own clone of a tiny DVC project (two machines
 sharing a local-directory DVC remote), and the pipeline deployment run with `pools`: the light stage runs on
 gymflow-cpu, the heavy one on gymflow-gpu (in the other clone, its input pulled from the remote), the pipeline
-gets back the dvc.lock and the evaluation metrics, and a stage sent to a machine without its data but with an
-up-to-date dvc.lock is not rerun."""
+gets back the dvc.lock and, with it, the evaluation metrics (`cache: false`), and a stage sent to a machine
+without its data but with an up-to-date dvc.lock is not rerun."""
 
 import json
 import os
@@ -56,7 +56,8 @@ DVC_YAML = """stages:
         - data/rollouts/evaluate/${item}:
             persist: true
       metrics:
-        - data/metrics/evaluate/${item}.json
+        - data/metrics/evaluate/${item}.json:
+            cache: false  # as the pipeline's metrics: in git, travelling with the lock, not through the remote
 """
 
 STAGES = ["trajectories", "evaluate@sft"]
@@ -209,7 +210,8 @@ def test_the_pipeline_deployment_runs_each_stage_on_its_pool_and_gets_back_the_l
         "data/rollouts/evaluate/sft/episodes.txt",
         "data/metrics/evaluate/sft.json",
     }
-    # ... and the cpu clone, where the pipeline runs, holds its dvc.lock and metrics, not its rollouts
+    # ... and the cpu clone, where the pipeline runs, holds its dvc.lock and metrics (`cache: false`: they came
+    # back with the lock, no remote carries them), not its rollouts
     assert lock_outs(cpu) == lock_outs(gpu) and set(lock_outs(cpu)) == {"trajectories", "evaluate@sft"}
     assert set(outputs(cpu)) == {"data/trajectories.txt", "data/metrics/evaluate/sft.json"}
     assert json.loads((cpu / "data/metrics/evaluate/sft.json").read_text())["maze"]["all"]["success"] == 0.5
@@ -228,10 +230,14 @@ def test_the_pipeline_deployment_runs_each_stage_on_its_pool_and_gets_back_the_l
     # DVC judges a stage by the dvc.lock it is sent, not by the data at hand: evaluate@sft sent to the cpu
     # machine, which lacks its rollouts, is up to date there: nothing run, nothing downloaded, the lock unchanged
     lock, before = (cpu / "dvc.lock").read_text(), outputs(cpu)
+    metrics = (cpu / "data/metrics/evaluate/sft.json").read_text()
     parameters = {"name": "evaluate@sft", "lock": lock, "commit": git_commit(str(cpu))}
+    parameters["files"] = {"data/metrics/evaluate/sft.json": metrics}
     again = run_deployment_here(url, "gymflow-stage/cpu", parameters)
     assert again.state.is_completed(), f"{again.state}\n{logs(home)}"
-    assert read(url, lambda client: again.state.result()) == lock and outputs(cpu) == before
+    returned = read(url, lambda client: again.state.result())
+    assert returned == {"lock": lock, "files": {"data/metrics/evaluate/sft.json": metrics}}
+    assert outputs(cpu) == before
 
 
 def test_a_worker_whose_checkout_is_at_another_commit_refuses_the_stage(tmp_path):
