@@ -169,17 +169,39 @@ def test_a_stage_made_stale_elsewhere_reruns_on_a_fresh_machine_and_an_up_to_dat
     assert (fresh / "data/b/x.txt").read_text() == "A\n" * 2
 
 
-def test_the_real_pipelines_outputs_all_travel_through_a_remote():
-    """Outputs with `cache: false` are never pushed: another machine could not pull them (with --pools,
-    `pull_outputs` stops with a UserError for one). `persist: true` outputs are cached and pushed like any other
-    (they only keep DVC's run-cache, unused here, off their stages)."""
+def test_the_real_pipelines_outputs_all_travel_between_machines():
+    """Every output reaches the other machines: the cached ones through the remote (`persist: true` ones too: they
+    only keep DVC's run-cache off their stages), the `cache: false` ones with dvc.lock. Those are exactly the
+    metrics and plots files and the comparison table of both pipelines, small text files in git, and
+    `carried` ships every one of them that the committed lock records, byte for byte."""
+    import yaml
     from dvc.repo import Repo
 
+    from flows.dvc_tasks import carried, uncached_outputs
+
     with Repo(str(ROOT)) as project:
-        uncached = {out.def_path for out in project.index.outs if not out.use_cache}
         persisted = {out.def_path for out in project.index.outs if out.persist}
-    assert uncached == set()
+        small = {
+            out.def_path
+            for out in project.index.outs
+            if out.metric or out.plot or out.def_path == "data/compare/default.md"
+        }
+    uncached = uncached_outputs(str(ROOT))
+    assert uncached == small and len(small) >= 12 + 12  # the default pipeline's and SWEET-RL's
     assert "data/rollouts/trajectories" in persisted and "data/rollouts/rl" in persisted
+    lock = (ROOT / "dvc.lock").read_text()
+    stages = yaml.safe_load(lock)["stages"]
+    recorded = {out["path"]: out["md5"] for entry in stages.values() for out in entry["outs"]}
+    files = carried(str(ROOT), lock)
+    assert set(files) == uncached & set(recorded) and "data/metrics/compare.json" in files
+    assert {path: md5(ROOT / path) for path in files} == {path: recorded[path] for path in files}
+    assert all(md5_text(text) == recorded[path] for path, text in files.items())
+
+
+def md5_text(text: str) -> str:
+    import hashlib
+
+    return hashlib.md5(text.encode("utf-8")).hexdigest()
 
 
 def test_without_a_remote_a_stage_is_reproduced_in_the_one_checkout_with_nothing_pushed(tmp_path):
