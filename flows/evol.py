@@ -34,7 +34,7 @@ def evol(repo: str = ".", pools: bool = False) -> list[dict[str, str]]:
     for name in params.evol.iterations:
         iteration(name, repo, pools)
     repro.with_options(name="repro-plot_evol")("plot_evol", repo, pools)
-    if pools:  # built on another machine: the table comes through the DVC remote
+    if pools:  # built on another machine: the table came with the lock (were it cached: the DVC remote)
         pull_outputs(repo, "data/plots/evol.csv")
     with (Path(repo) / "data/plots/evol.csv").open() as f:
         rows = list(csv.DictReader(f))

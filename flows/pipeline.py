@@ -55,7 +55,7 @@ def pipeline(
     evol(repo, pools)
     for stage in rl:
         repro.with_options(name=f"repro-{stage}", tags=["gpu"])(stage, repo, pools)
-    if pools:  # the evaluations ran on other machines: their metrics come from the DVC remote
+    if pools:  # the evaluations ran elsewhere: their metrics came with the lock (cached ones: the remote)
         pull_outputs(repo, "data/metrics/evaluate")
     rows = evaluation_rows(repo)
     if rows:
