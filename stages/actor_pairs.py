@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.models.build import load_tokenizer, resolve
+from gymflow.rollout.engine import SamplingConfig
 from gymflow.stage import required, run_stage, write_metrics
 from gymflow.train.critic import critic_episodes, critic_hash, load_critic
 from gymflow.train.offline import CRITICS_DIR, OFFLINE_DIR, PAIRS_PATH
@@ -27,15 +28,15 @@ def main() -> None:
     fmt = ChatFormat(load_tokenizer(start))
     critic = load_critic(CRITICS_DIR / sweet.actor.critic)
     episodes = critic_episodes(OFFLINE_DIR, "data/instructions", fmt)
-    rollout = params.rollout
+    candidates = sweet.seeded(sweet.actor)
+    sampling = SamplingConfig.from_rollout(params.rollout, temperature=candidates.temperature)
     metrics = build_turn_pairs(
         policy,
         fmt,
         critic,
         episodes,
-        sweet.seeded(sweet.actor),
-        rollout.max_new_tokens,
-        rollout.batch_size,
+        candidates,
+        sampling,
         PAIRS_PATH,
         critic_hash(critic),
     )

@@ -26,10 +26,10 @@ OUT = Path("data/rollouts/best_of_n")
 def main() -> None:
     params = load_params()
     sweet = required(params.sweet, "sweet")
-    bon, rollout = sweet.best_of_n, params.rollout
+    bon = sweet.best_of_n
     policy = load_policy(sweet.start, Path("data/models") / sweet.start)
     tasks = draw_tasks(load_tasks("data", sweet.env, "eval"), bon.tasks, sweet.seed, 0)
-    cfg = SamplingConfig(bon.temperature, 1.0, rollout.max_new_tokens, rollout.max_length, rollout.batch_size)
+    cfg = SamplingConfig.from_rollout(params.rollout, temperature=bon.temperature)
     curves = {}
     for name in sweet.critics:
         critic = load_critic(CRITICS_DIR / name)

@@ -181,7 +181,9 @@ def test_evaluation_through_serve_model_stores_the_in_process_greedy_ids(sft, ur
     query = "select t.token_ids from turns t join episodes e using (episode_id) where t.token_ids is not null order by t.turn"
     stored = [list(row[0]) for row in connect(tmp_path).execute(query).fetchall() if row[0]]
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    cfg = SamplingConfig(0.0, 1.0, play.max_new_tokens, play.max_length, 1)
+    cfg = SamplingConfig(
+        temperature=0.0, max_new_tokens=play.max_new_tokens, max_length=play.max_length, batch_size=1
+    )
     (local,) = rollout(model, fmt, [(task, 0)], cfg)
     replies = [m.token_ids for m in local.messages if m.role == "assistant"]
     assert stored == replies and len(replies) >= 2

@@ -66,7 +66,8 @@ def offline(fmt, policy, tmp_path_factory):
 def _build(policy, fmt, critic, episodes, tmp_path, **params):
     cfg = CandidateParams(**({"candidates": 4, "pairs_per_turn": 2} | params))
     out = tmp_path / "pairs.parquet"
-    metrics = build_turn_pairs(policy, fmt, critic, episodes, cfg, 8, 8, out, "critic-test")
+    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=8, batch_size=8)
+    metrics = build_turn_pairs(policy, fmt, critic, episodes, cfg, sampling, out, "critic-test")
     return pq.read_table(out).to_pylist(), metrics
 
 

@@ -259,7 +259,7 @@ def test_ray_workers_sampling_through_vllm_play_the_in_process_episodes(url, sav
     from gymflow.rollout.distributed import Placement, play_jobs
     from gymflow.rollout.engine import SamplingConfig, rollout
 
-    cfg = SamplingConfig(0.0, 1.0, max_new_tokens=16, max_length=1024, batch_size=2)
+    cfg = SamplingConfig(temperature=0.0, max_new_tokens=16, max_length=1024, batch_size=2)
     jobs = [(t, 0) for t in TASKS]
     model = AutoModelForCausalLM.from_pretrained(saved).eval()
     local = rollout(model, fmt, jobs, cfg, horizon=3)

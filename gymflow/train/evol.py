@@ -74,8 +74,7 @@ def explore(
     policy = load_policy(explorer, model_dir, rollout_cfg.server_for(explorer))
     where = Placement.of(rollout_cfg, explorer)
     info = RunInfo("main", "explore", iteration, explorer, policy.weights_hash)
-    cfg = rollout_cfg
-    sampling = SamplingConfig(settings.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    sampling = SamplingConfig.from_rollout(rollout_cfg, temperature=settings.temperature)
     how = [sampling.__dict__, settings.seed]
     drop_others(out_dir, list(tasks))
     for env, env_tasks in tasks.items():

@@ -47,8 +47,7 @@ def collect_offline(
     """Play `offline.tasks` drawn train tasks `offline.samples` times each; the data's numbers."""
     policy = load_policy(agent, model_dir, rollout_cfg.server_for(agent))
     info = RunInfo("main", "offline", 0, agent, policy.weights_hash)
-    cfg = rollout_cfg
-    sampling = SamplingConfig(offline.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    sampling = SamplingConfig.from_rollout(rollout_cfg, temperature=offline.temperature)
     drawn = draw_tasks(tasks, offline.tasks, seed, 0)
     jobs = [(t, i) for t in drawn for i in range(offline.samples)]
     play(
