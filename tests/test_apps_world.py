@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from gymflow.envs.apps import api as A
-from gymflow.envs.apps.api import APPS, access_token
+from gymflow.envs.apps.api import APPS, BAD_ARGS, LIMIT, MAX_CALLS, ApiError, World, access_token
 from gymflow.envs.apps.checks import run_checks, same, same_answer
 from gymflow.envs.apps.scenarios import LEVELS, TEMPLATES, VARIANTS, draw_tasks, make_task
-from gymflow.envs.apps.world import BAD_ARGS, LIMIT, MAX_CALLS, NOW, ApiError, World, build_world
+from gymflow.envs.apps.world import NOW, build_world
 
 SEED = 11
 ALL_APIS = [(app, name) for app, spec in APPS.items() for name in spec.apis]
