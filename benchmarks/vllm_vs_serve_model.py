@@ -40,8 +40,9 @@ from gymflow.models.build import build_model, load_tokenizer
 from gymflow.models.openai_client import CompletionClient
 from gymflow.models.sampling import Completion
 from gymflow.models.tokenizer import train_tokenizer
-from gymflow.models.vllm import free_port, stop, vllm_server
+from gymflow.models.vllm import stop, vllm_server
 from gymflow.rollout.expert import run_expert
+from gymflow.serving import free_port
 
 
 @contextmanager
