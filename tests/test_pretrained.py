@@ -20,7 +20,7 @@ from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve, write_source
-from gymflow.rollout.engine import SamplingConfig, episode_tokens, rollout
+from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask, rollout
 from gymflow.rollout.expert import run_expert
 from gymflow.serving import free_port, started
 
@@ -141,7 +141,7 @@ def test_chat_format_pieces_are_the_templates_ids_token_for_token(converted):
     for m in episode.messages:
         if m.role == "assistant":
             m.token_ids = fmt.encode(m.text + fmt.tokenizer.eos_token)
-    ids, mask = episode_tokens(episode.messages, fmt)
+    ids, mask = episode_ids_and_mask(episode.messages, fmt)
     chat = [{"role": m.role, "content": m.text} for m in episode.messages[:-1]]
     ref = fmt.tokenizer.apply_chat_template(chat, tokenize=False).removesuffix(fmt.after_reply)
     assert ids == fmt.encode(ref)

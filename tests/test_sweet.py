@@ -168,7 +168,7 @@ def test_stored_pairs_hold_the_sampled_ids_and_the_context_the_policy_saw(
         for k in range(0, len(prompts), 4):
             assert prompts[k : k + 4] == [prompts[k]] * 4  # N copies of one context
             per_turn.append(replies[k : k + 4])
-    order = {(t.episode.episode_id, t.reply): i for i, t in enumerate(sweet.episode_turns_of(episodes))}
+    order = {(t.episode.episode_id, t.reply): i for i, t in enumerate(sweet.replies_in_context(episodes))}
     engine = {}  # (task, sample) -> the sequence as the engine fed it, from the episode in memory
     for ep in played:
         engine[ep.task.task_id, ep.sample] = episode_turns(ep.messages, fmt)

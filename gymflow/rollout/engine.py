@@ -6,7 +6,7 @@ episode still running, so history is never re-encoded; episodes that end leave t
 padding between turns (`Decoder.keep`). Through a server (`CompletionBackend`, e.g. vLLM
 behind `gymflow.models.openai_client`), a turn sends every running episode's whole id sequence in one
 batched request; the server's own prefix cache is what saves re-encoding there. Either way every assistant
-message keeps the ids and log-probabilities exactly as sampled; `episode_tokens` rebuilds the whole
+message keeps the ids and log-probabilities exactly as sampled; `episode_ids_and_mask` rebuilds the whole
 sequence and its loss mask from them.
 """
 
@@ -264,7 +264,7 @@ def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConf
     return None
 
 
-def episode_tokens(messages: Sequence[Message], fmt: ChatFormat) -> tuple[list[int], list[int]]:
+def episode_ids_and_mask(messages: Sequence[Message], fmt: ChatFormat) -> tuple[list[int], list[int]]:
     """An episode's full id sequence and its loss mask (1 on sampled reply ids), as the engine fed it.
 
     The last observation, which no reply follows, is not part of it.

@@ -21,7 +21,7 @@ from gymflow.agent.chat import ChatFormat
 from gymflow.config import EvolSettings, RolloutParams, SFTParams
 from gymflow.envs.base import Task
 from gymflow.rollout.distributed import Placement
-from gymflow.rollout.engine import SamplingConfig, episode_tokens
+from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask
 from gymflow.rollout.play import drop_others, load_policy, play
 from gymflow.rollout.records import Message, RunInfo
 from gymflow.store.db import connect
@@ -111,7 +111,7 @@ def kept_episodes(
         messages.setdefault(episode_id, []).append(Message(role, text, token_ids=token_ids or []))
     out = []
     for env, eid, task, sample, reward, turns_taken in kept:
-        ids, mask = episode_tokens(messages[eid], fmt)
+        ids, mask = episode_ids_and_mask(messages[eid], fmt)
         out.append(
             {"env": env, "episode_id": eid, "task_id": task, "sample": sample, "reward": reward}
             | {"turns": turns_taken, "input_ids": ids, "assistant_masks": mask}

@@ -107,7 +107,7 @@ class Turn:
         return self.episode.message_index[self.reply - 1]
 
 
-def episode_turns_of(episodes: Sequence[CriticEpisode]) -> list[Turn]:
+def replies_in_context(episodes: Sequence[CriticEpisode]) -> list[Turn]:
     """Every reply of every episode, in order, with its context."""
     return [
         Turn(e, reply, e.ids[: e.turns.index(reply)]) for e in episodes for reply in range(1, e.replies + 1)
@@ -185,7 +185,7 @@ def build_turn_pairs(
     the run's numbers. `sampling` is the rollout's (`SamplingConfig.from_rollout`) at the candidates'
     temperature, `params.temperature`: its `max_new_tokens` per reply and `batch_size` sequences sampled at once.
     `critic_id` names the critic's weights, so parts scored by another critic are never reused."""
-    turns = episode_turns_of(episodes)
+    turns = replies_in_context(episodes)
     if params.turns is not None and params.turns < len(turns):
         keep = sorted(random.Random(params.seed).sample(range(len(turns)), params.turns))
         turns = [turns[i] for i in keep]
