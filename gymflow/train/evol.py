@@ -18,7 +18,7 @@ import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import EvolSettings, RolloutParams, SFTParams
+from gymflow.config import EvolConfig, RolloutParams, SFTParams
 from gymflow.envs.base import Task
 from gymflow.rollout.distributed import Placement
 from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask
@@ -64,7 +64,7 @@ def explore(
     explorer: str,
     model_dir: Path,
     tasks: dict[str, list[Task]],
-    settings: EvolSettings,
+    settings: EvolConfig,
     rollout_cfg: RolloutParams,
     iteration: int,
     out_dir: Path,
@@ -141,7 +141,7 @@ def learning_set(
     return base * int(whole) + random.Random(seed).sample(base, round(fraction * len(base)))
 
 
-def learner(settings: EvolSettings, explorer: str, sft: SFTParams) -> tuple[str, SFTParams]:
+def learner(settings: EvolConfig, explorer: str, sft: SFTParams) -> tuple[str, SFTParams]:
     """Where an iteration's learning starts (the agent under data/models) and how it trains: SFT's settings
     with the iteration's seed and learning rate. AgentEvol's control starts and trains the same way."""
     start = {"init": "init", "sft": "sft", "last": explorer}[settings.learn_from]
