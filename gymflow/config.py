@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from gymflow import paths
 from gymflow.env_names import DEMONSTRATORS, ENV_NAMES, VIEWS, over_limit
 from gymflow.errors import UserError
 
@@ -632,7 +633,7 @@ def check_model_source(name: str) -> None:
     """`model.name_or_path` must load without a download: a directory holding config.json and a tokenizer, or
     a Hub id already in the local Hugging Face cache."""
     path = Path(name).expanduser()
-    if path.exists() or name.startswith(("/", ".", "~", "data/")) or name.count("/") > 1:
+    if path.exists() or name.startswith(("/", ".", "~", f"{paths.DATA}/")) or name.count("/") > 1:
         check_model_dir(name, path)
     elif not _in_hub_cache(name):
         from huggingface_hub.constants import HF_HUB_CACHE

@@ -16,12 +16,6 @@ from gymflow.rollout.records import RunInfo
 from gymflow.store.db import connect
 from gymflow.train.draws import draw_tasks
 
-OFFLINE_DIR = Path("data/rollouts/offline")  # the `offline` stage's tables
-CRITICS_DIR = Path(
-    "data/critics"
-)  # critic <name>: a directory (load_critic) and <name>.critic_scores.parquet
-PAIRS_PATH = Path("data/sweet/pairs.parquet")  # SWEET-RL's per-turn pairs (gymflow.train.sweet.PAIRS_SCHEMA)
-
 # Per task: were its samples' rewards different? Pairs (critic, multi-turn DPO) need two rewards to rank.
 OFFLINE_SQL = """
 with per_task as (
