@@ -26,31 +26,16 @@ def main() -> None:
     policy = load_policy(sweet.start, paths.model(sweet.start))
     tasks = draw_tasks(load_tasks(paths.DATA, sweet.env, "eval"), bon.tasks, sweet.seed, 0)
     cfg = SamplingConfig.from_rollout(params.rollout, temperature=bon.temperature)
+    out = paths.BEST_OF_N_ROLLOUTS
     curves = {}
     for name in sweet.critics:
         critic = load_critic(paths.critic(name))
         settings = [name, critic_hash(critic)]  # a retrained critic plays again
         curves[name] = best_of_n_curve(
-            policy,
-            tasks,
-            bon.ns,
-            name,
-            lambda c=critic: CriticChooser(c),
-            cfg,
-            sweet.seed,
-            paths.BEST_OF_N_ROLLOUTS,
-            settings,
+            policy, tasks, bon.ns, name, lambda c=critic: CriticChooser(c), cfg, sweet.seed, out, settings
         )
     curves["random"] = best_of_n_curve(
-        policy,
-        tasks,
-        bon.ns,
-        "random",
-        lambda: RandomChooser(sweet.seed),
-        cfg,
-        sweet.seed,
-        paths.BEST_OF_N_ROLLOUTS,
-        "random",
+        policy, tasks, bon.ns, "random", lambda: RandomChooser(sweet.seed), cfg, sweet.seed, out, "random"
     )
     rows = [
         {"n": n} | {f"{c}_{k}": curves[c][str(n)][k] for c in curves for k in ("success", "reward")}
