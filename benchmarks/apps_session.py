@@ -14,8 +14,9 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from gymflow.envs.apps.api import ApiError, World
 from gymflow.envs.apps.env import LIMITS, Apps, code_cells
-from gymflow.envs.apps.world import ApiError, World, build_world
+from gymflow.envs.apps.world import build_world
 from gymflow.rollout.expert import run_expert
 from gymflow.sandbox import run_python
 from gymflow.sandbox.session import CallRefused, Session

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
+from gymflow import paths
 from gymflow.envs import make_env
 from gymflow.envs.instructions import load_tasks
 from gymflow.remote.env_client import HttpEnv
@@ -72,8 +72,8 @@ def steps_table(n_tasks: int) -> Table:
 
 
 def rollout_table(n_episodes: int, envs: list[str]) -> tuple[Table, bool]:
-    policy = load_policy("sft", Path("data/models/sft"))
-    cfg = SamplingConfig(0.0, 1.0, 128, 4096, 32)
+    policy = load_policy("sft", paths.model("sft"))
+    cfg = SamplingConfig(temperature=0.0, max_new_tokens=128, max_length=4096, batch_size=32)
     jobs = [(t, 0) for env in envs for t in load_tasks("data", env, "eval")[: n_episodes // len(envs)]]
     runs: dict[str, tuple[float, list]] = {}
     threads = torch.get_num_threads()

@@ -46,7 +46,7 @@ from gymflow.envs.colbench import ColBench
 from gymflow.envs.instructions import build_splits
 from gymflow.models.build import build_model, load_tokenizer
 from gymflow.models.tokenizer import train_tokenizer
-from gymflow.rollout.engine import episode_turns
+from gymflow.rollout.engine import SamplingConfig, episode_turns
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import Episode
 from gymflow.train.critic import CriticConfig, CriticEpisode, TurnCritic
@@ -228,8 +228,9 @@ def main() -> None:
             critic,
             episodes,
             cand,
-            args.max_new_tokens,
-            args.batch_size,
+            SamplingConfig(
+                temperature=cand.temperature, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size
+            ),
             tmp / "pairs.parquet",
             "b",
         )

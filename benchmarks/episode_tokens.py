@@ -27,6 +27,7 @@ from rich.table import Table
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast, Qwen2Config
 
+from gymflow import paths
 from gymflow.models.tokenizer import SPECIAL_TOKENS, train_tokenizer
 
 
@@ -70,7 +71,7 @@ def count(tok: Tokenizer | PreTrainedTokenizerBase, texts: list[str]) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="data/agenttraj")
+    parser.add_argument("--data", default=str(paths.AGENTTRAJ))
     parser.add_argument("--vocab", type=int, default=2048)
     args = parser.parse_args()
     texts = episode_texts(Path(args.data))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sft_throughput import agenttraj_episodes
 
+from gymflow import paths
 from gymflow.config import EvalParams, RolloutParams, SFTParams
 from gymflow.envs import ENVS
 from gymflow.envs.instructions import build_splits
@@ -51,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default="data/models/smollm2")
+    parser.add_argument("--model", default=str(paths.model("smollm2")))
     parser.add_argument("--tasks", type=int, default=20)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--shots", type=int, default=0, help="expert episodes in the system prompt")

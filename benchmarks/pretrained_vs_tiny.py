@@ -28,6 +28,7 @@ from rl_update import make_batch, ours  # benchmarks/: the RL batch and the upda
 from sft_throughput import agenttraj_episodes
 from transformers import AutoModelForCausalLM
 
+from gymflow import paths
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import SFTParams
 from gymflow.envs import ENVS
@@ -92,8 +93,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--tiny", default="data/models/sft")
-    parser.add_argument("--pretrained", default="data/models/smollm2")
+    parser.add_argument("--tiny", default=str(paths.model("sft")))
+    parser.add_argument("--pretrained", default=str(paths.model("smollm2")))
     parser.add_argument("--episodes", type=int, default=8, help="maze AgentTraj episodes for SFT")
     parser.add_argument("--batch", type=int, default=4, help="SFT episodes per step")
     parser.add_argument("--lora-rank", type=int, default=8)

@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from transformers import AutoModelForCausalLM
 
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.models.build import load_tokenizer
 from gymflow.train.sft import AssistantLossTrainer, mixture, sft_args, use_bf16
@@ -39,10 +40,10 @@ def timed(cfg, data: list, **changes) -> tuple[float, float, float]:
         tokenized = "input_ids" in data[0]  # as train_sft decides
         args = replace(sft_args(cfg, Path(out), tokenized), save_strategy="no", disable_tqdm=True, **changes)
         trainer = AssistantLossTrainer(
-            model=AutoModelForCausalLM.from_pretrained("data/models/init"),
+            model=AutoModelForCausalLM.from_pretrained(paths.model("init")),
             args=args,
             train_dataset=Dataset.from_list(data),
-            processing_class=load_tokenizer("data/models/init"),
+            processing_class=load_tokenizer(paths.model("init")),
         )
         padded = sum(batch["input_ids"].numel() for batch in trainer.get_train_dataloader())
         real = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
@@ -59,7 +60,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")
     args = parser.parse_args()
     sft = load_params().sft
-    rows = mixture("data/rollouts/trajectories", sft.envs)
+    rows = mixture(paths.TRAJECTORY_ROLLOUTS, sft.envs)
     if not rows:
         raise SystemExit("no AgentTraj episodes: run `dvc repro trajectories` first")
     data = random.Random(args.seed).sample(rows, min(args.rows, len(rows)))

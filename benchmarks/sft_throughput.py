@@ -21,13 +21,14 @@ from rich.table import Table
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTTrainer
 
+from gymflow import paths
 from gymflow.config import SFTParams
 from gymflow.train.sft import AssistantLossTrainer, conversations, sft_args
 
 
 def agenttraj_episodes(env: str, episodes: int) -> list:
     """The first `episodes` AgentTraj conversations of `env`, as the pipeline wrote them."""
-    data = conversations("data/rollouts/trajectories", [env])[:episodes]
+    data = conversations(paths.TRAJECTORY_ROLLOUTS, [env])[:episodes]
     if not data:
         raise SystemExit("no AgentTraj episodes: run `dvc repro init_model` first")
     return data
@@ -37,10 +38,10 @@ def timed_training(trainer_cls: type[SFTTrainer], cfg: SFTParams, data: list) ->
     """One pass of `trainer_cls` from the initial model over `data`: training tokens per second, final loss."""
     with tempfile.TemporaryDirectory() as out:
         trainer = trainer_cls(
-            model=AutoModelForCausalLM.from_pretrained("data/models/init"),
+            model=AutoModelForCausalLM.from_pretrained(paths.model("init")),
             args=replace(sft_args(cfg, Path(out)), save_strategy="no", disable_tqdm=True),
             train_dataset=Dataset.from_list(data),
-            processing_class=AutoTokenizer.from_pretrained("data/models/init"),
+            processing_class=AutoTokenizer.from_pretrained(paths.model("init")),
         )
         tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
         start = time.perf_counter()

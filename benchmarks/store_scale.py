@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from gymflow import paths
 from gymflow.store.io import WRITE_OPTIONS, read_rows, table_path, write_rows
 
 # The README's queries (`gymflow sql`), then the library's own over the views (agenttraj.trajectory_metrics,
@@ -281,7 +282,7 @@ def write_share(data: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", type=Path, default=Path("data"), help="the real tables to resample")
+    p.add_argument("--data", type=Path, default=paths.DATA, help="the real tables to resample")
     p.add_argument("--turns", type=int, default=10_000_000)
     p.add_argument("--layout", nargs="+", choices=LAYOUTS, default=LAYOUTS)
     p.add_argument("--row-group", type=int, default=128 * 1024, help="rows per row group (rowgroups, tuned)")

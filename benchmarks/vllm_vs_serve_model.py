@@ -32,6 +32,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from gymflow import paths
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import ModelConfig
 from gymflow.envs import ENVS, make_env
@@ -40,8 +41,9 @@ from gymflow.models.build import build_model, load_tokenizer
 from gymflow.models.openai_client import CompletionClient
 from gymflow.models.sampling import Completion
 from gymflow.models.tokenizer import train_tokenizer
-from gymflow.models.vllm import free_port, stop, vllm_server
+from gymflow.models.vllm import stop, vllm_server
 from gymflow.rollout.expert import run_expert
+from gymflow.serving import free_port
 
 
 @contextmanager
@@ -100,7 +102,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=1, help="requests in flight")
     parser.add_argument("--repeats", type=int, default=3, help="passes over the requests; the median counts")
-    parser.add_argument("--model", type=Path, default=Path("data/models/sft"))
+    parser.add_argument("--model", type=Path, default=paths.model("sft"))
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="vllm-bench-"))

@@ -15,6 +15,7 @@ from prefect.artifacts import create_table_artifact
 
 from flows.command_line import parse
 from flows.dvc_tasks import pull_outputs, repro
+from gymflow import paths
 from gymflow.config import load_params
 
 STEPS = ["explore", "learn", "evaluate_evol"]  # all heavy: generation or training
@@ -35,8 +36,8 @@ def evol(repo: str = ".", pools: bool = False) -> list[dict[str, str]]:
         iteration(name, repo, pools)
     repro.with_options(name="repro-plot_evol")("plot_evol", repo, pools)
     if pools:  # built on another machine: the table came with the lock (were it cached: the DVC remote)
-        pull_outputs(repo, "data/plots/evol.csv")
-    with (Path(repo) / "data/plots/evol.csv").open() as f:
+        pull_outputs(repo, str(paths.plot("evol")))
+    with (Path(repo) / paths.plot("evol")).open() as f:
         rows = list(csv.DictReader(f))
     create_table_artifact(
         key="agentevol", table=rows, description="AgentEvol: held-out greedy success per iteration (0: SFT)"

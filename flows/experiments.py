@@ -17,7 +17,10 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.dvc_tasks import dvc
+from gymflow import paths
 from gymflow.store.io import write_text
+
+EVALUATIONS = f"{paths.METRICS}/evaluate/"  # the evaluations' metrics files, as `dvc exp show` names them
 
 
 @task(tags=["gpu"], retries=1)
@@ -27,7 +30,7 @@ def experiment(name: str, overrides: list[str], repo: str, targets: tuple[str, .
     return name
 
 
-def finished(repo: str, head_name: str, prefix: str = "data/metrics/evaluate/") -> dict[str, dict[str, dict]]:
+def finished(repo: str, head_name: str, prefix: str = EVALUATIONS) -> dict[str, dict[str, dict]]:
     """The completed experiments of every commit, from `dvc exp show --json -A` (see `completed`)."""
 
     def output(*cmd: str) -> str:
@@ -38,7 +41,7 @@ def finished(repo: str, head_name: str, prefix: str = "data/metrics/evaluate/") 
 
 
 def completed(
-    shown: list[dict], head: str, head_name: str, prefix: str = "data/metrics/evaluate/"
+    shown: list[dict], head: str, head_name: str, prefix: str = EVALUATIONS
 ) -> dict[str, dict[str, dict]]:
     """Experiment name -> metrics file (its path after `prefix`, no .json) -> the metrics it stored (those under `prefix`: by default the
     evaluations, one per policy), skipping queued, running and failed experiments; a later commit's run of a
@@ -105,7 +108,7 @@ def cell(values: list[float]) -> str:
 
 def publish(repo: str, name: str, markdown: str, description: str) -> str:
     """A comparison's tables: printed, written to data/compare/<name>.md and posted as a Prefect artifact."""
-    write_text(Path(repo) / f"data/compare/{name}.md", markdown + "\n")
+    write_text(Path(repo) / paths.comparison(name), markdown + "\n")
     key = name.replace("_", "-")  # Prefect: lowercase letters, digits and dashes only
     create_markdown_artifact(key=f"{key}-compare", markdown=markdown, description=description)
     print(markdown)

@@ -25,6 +25,7 @@ from prefect.artifacts import create_table_artifact
 from flows.command_line import parse
 from flows.dvc_tasks import pull_outputs, repro
 from flows.evol import evol
+from gymflow import paths
 
 STAGES = ["params", "instructions", "trajectories", "init_model", "sft", "evaluate@init", "evaluate@sft"]
 RL = ["rl", "evaluate@rl"]  # after AgentEvol: `rl.start` may be one of its agents
@@ -39,7 +40,7 @@ HEAVY = {
 def evaluation_rows(repo: str) -> list[dict[str, object]]:
     """One row per policy and environment from data/metrics/evaluate/<policy>.json."""
     rows = []
-    for path in sorted((Path(repo) / "data/metrics/evaluate").glob("*.json")):
+    for path in sorted((Path(repo) / paths.METRICS / "evaluate").glob("*.json")):
         for env, per_env in json.loads(path.read_text()).items():
             rows.append({"policy": path.stem, "env": env, **per_env["all"]})
     return rows
@@ -56,7 +57,7 @@ def pipeline(
     for stage in rl:
         repro.with_options(name=f"repro-{stage}", tags=["gpu"])(stage, repo, pools)
     if pools:  # the evaluations ran elsewhere: their metrics came with the lock (cached ones: the remote)
-        pull_outputs(repo, "data/metrics/evaluate")
+        pull_outputs(repo, str(paths.METRICS / "evaluate"))
     rows = evaluation_rows(repo)
     if rows:
         create_table_artifact(

@@ -30,10 +30,11 @@ from prefect import flow
 from flows.command_line import parse
 from flows.experiments import cell, experiment, finished, hydra, publish
 from flows.experiments import overrides as experiment_overrides
+from gymflow import paths
 from gymflow.config import load_params
 
 SEEDS = (0, 1)
-MODEL = Path("data/models/smollm2")  # python -m gymflow.models.pretrained data/models/smollm2
+MODEL = paths.model("smollm2")  # python -m gymflow.models.pretrained data/models/smollm2
 TARGETS = ("evaluate@sft", "evaluate_evol@evol1")  # and what they need; not init's or rl's evaluation
 HEAD = "pretrained-head"  # the checked-out commit runs the default pipeline, not this track
 
@@ -138,7 +139,7 @@ def track(repo: str = ".", run: bool = True, loop: bool = False) -> str:
                 f"`python -m gymflow.models.pretrained {MODEL}` first"
             )
         params = load_params(Path(repo) / "params.yaml").model_dump()
-        done = finished(repo, HEAD, prefix="data/metrics/")  # a rerun resumes
+        done = finished(repo, HEAD, prefix=f"{paths.METRICS}/")  # a rerun resumes
         for seed in SEEDS:
             if name(seed) not in done:
                 experiment.with_options(name=name(seed))(
@@ -148,7 +149,7 @@ def track(repo: str = ".", run: bool = True, loop: bool = False) -> str:
             experiment.with_options(name=loop_name(LOOP_SEED))(
                 loop_name(LOOP_SEED), loop_overrides(params, str(model)), repo, LOOP_TARGETS
             )
-    runs = finished(repo, HEAD, prefix="data/metrics/")
+    runs = finished(repo, HEAD, prefix=f"{paths.METRICS}/")
     return publish(repo, "pretrained", table(runs), "SmolLM2: SFT against AgentEvol on maze")
 
 

@@ -14,6 +14,7 @@ from prefect.artifacts import create_table_artifact
 
 from flows.command_line import parse
 from flows.dvc_tasks import repro
+from gymflow import paths
 from gymflow.config import load_params
 
 PIPELINE = "sweet/dvc.yaml"
@@ -26,7 +27,7 @@ def agent_rows(repo: str, env: str) -> list[dict[str, object]]:
     the starting agent first, from data/metrics/evaluate/<agent>.json."""
     rows = []
     for agent in ("sft", *AGENTS):
-        path = Path(repo) / "data/metrics/evaluate" / f"{agent}.json"
+        path = Path(repo) / paths.metrics(f"evaluate/{agent}")
         if path.exists():
             score = json.loads(path.read_text())[env]["all"]
             rows.append(
@@ -46,7 +47,7 @@ def sweet(repo: str = ".") -> list[dict[str, object]]:
         repro.with_options(name=f"repro-{step}", tags=["gpu"])(f"{PIPELINE}:{step}", repo)
     rows = agent_rows(repo, params.sweet.env)
     create_table_artifact(key="sweet-agents", table=rows, description="SWEET-RL and baselines, held-out")
-    curve = Path(repo) / "data/plots/best_of_n.csv"
+    curve = Path(repo) / paths.plot("best_of_n")
     if curve.exists():
         lines = curve.read_text().splitlines()
         table = [dict(zip(lines[0].split(","), line.split(","), strict=True)) for line in lines[1:]]

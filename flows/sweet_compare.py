@@ -24,6 +24,7 @@ from prefect import flow
 
 from flows.command_line import parse
 from flows.experiments import cell, experiment, finished, publish
+from gymflow import paths
 from gymflow.config import load_params
 
 SEEDS = (0, 1)
@@ -72,7 +73,7 @@ def figure3a(runs: dict[str, dict[str, dict]], key: str) -> str:
 
 
 def tables(repo: str, env: str) -> str:
-    runs = finished(repo, HEAD, prefix="data/metrics/")
+    runs = finished(repo, HEAD, prefix=f"{paths.METRICS}/")
     return "\n\n".join(
         t for t in (table2(runs, env), figure3a(runs, "success"), figure3a(runs, "reward")) if t
     )
@@ -84,7 +85,7 @@ def compare(repo: str = ".", run: bool = True) -> str:
     if params.sweet is None:
         raise SystemExit("error: params.yaml has no `sweet:` section to compare SWEET-RL with its baselines")
     if run:
-        done = finished(repo, HEAD, prefix="data/metrics/")  # a rerun resumes
+        done = finished(repo, HEAD, prefix=f"{paths.METRICS}/")  # a rerun resumes
         for seed in SEEDS:
             if name(seed) not in done:
                 experiment.with_options(name=name(seed))(

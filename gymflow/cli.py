@@ -29,6 +29,7 @@ import duckdb
 from rich.console import Console
 from rich.table import Table
 
+from gymflow import paths
 from gymflow.env_names import ENV_NAMES, over_limit
 from gymflow.errors import UserError
 
@@ -353,7 +354,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gymflow", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    p.add_argument("--data", type=Path, default=Path("data"), help="the data folder (default: data)")
+    p.add_argument("--data", type=Path, default=paths.DATA, help=f"the data folder (default: {paths.DATA})")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list environments").set_defaults(func=cmd_envs)
     play = sub.add_parser("play", help="play an episode in the terminal")
@@ -486,8 +487,8 @@ def parser() -> argparse.ArgumentParser:
         "agent",
         type=Path,
         nargs="?",
-        default=Path("data/models/sft"),
-        help="a model folder (default data/models/sft)",
+        default=paths.model("sft"),
+        help=f"a model folder (default {paths.model('sft')})",
     )
     noise.add_argument(
         "--batches", type=int, default=8, help="independent batches (one iteration's draw each)"

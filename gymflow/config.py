@@ -3,6 +3,12 @@
 Numbers are strict (`true` is not 1, `"8"` is not 8; an int is accepted where a float is meant), duplicate keys
 are errors, and instruction sets are bounded by what each environment can make (`gymflow.env_names`). This
 module imports no environment, so checking params is quick (the `params` stage runs it before every other).
+
+Names: a `*Params` is a section of params.yaml as written; a `*Config` is what one component is built or run
+from: the model (`ModelConfig`), one critic (`CriticConfig`: `sweet.critic` with its entry in `sweet.critics`,
+`SweetParams.critic_config`), one AgentEvol iteration (`EvolConfig`: `evol` with its entry in `evol.iterations`,
+`EvolParams.at`), and outside this module sampling (`SamplingConfig.from_rollout`) and the learner
+(`LearnerConfig`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from gymflow import paths
 from gymflow.env_names import DEMONSTRATORS, ENV_NAMES, VIEWS, over_limit
 from gymflow.errors import UserError
 
@@ -50,7 +57,7 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-class InstructionsConfig(Section):
+class InstructionsParams(Section):
     """Per environment, how many tasks each split holds. Train and eval never share a task."""
 
     seed: int = 0
@@ -74,7 +81,7 @@ class InstructionsConfig(Section):
         return views
 
 
-class TrajectoriesConfig(Section):
+class TrajectoriesParams(Section):
     """AgentTraj: how many train tasks per environment the demonstrator plays (the rest is left to exploration)
     and, per environment, which demonstrator: "expert" (the default) or an imperfect one the game offers."""
 
@@ -243,7 +250,7 @@ class EvalParams(Section):
         return value
 
 
-class EvolSettings(Section):
+class EvolConfig(Section):
     """One AgentEvol iteration (AgentGym Algorithm 1): explore, keep what succeeded, learn."""
 
     tasks: dict[str, PositiveInt | None] = Field(
@@ -277,19 +284,19 @@ class Iteration(Section):
     explorer: str = Field(description="model under data/models that explores: sft, or an earlier iteration")
 
 
-class EvolParams(EvolSettings):
+class EvolParams(EvolConfig):
     """AgentEvol and its variants: rejection fine-tuning is one iteration from the SFT agent without merging,
     expert iteration continues from the last agent (`learn_from: last`)."""
 
     iterations: dict[str, Iteration] = Field(min_length=1, description="name -> iteration, in order (M)")
 
-    def at(self, name: str) -> EvolSettings:
+    def at(self, name: str) -> EvolConfig:
         """The settings of iteration `name`: the shared ones with its overrides."""
         if name not in self.iterations:
             raise ValueError(f"no iteration {name!r} in evol.iterations (have {list(self.iterations)})")
         shared = self.model_dump(exclude={"iterations"})
         overrides = self.iterations[name].model_dump(exclude={"explorer"})
-        return EvolSettings.model_validate({**shared, **overrides})
+        return EvolConfig.model_validate({**shared, **overrides})
 
     def index(self, name: str) -> int:
         """1 for the first iteration; the `iteration` column of its rollouts."""
@@ -541,8 +548,8 @@ class SweetParams(Section):
 
 class Params(Section):
     envs: list[str] = Field(min_length=1)
-    instructions: InstructionsConfig
-    trajectories: TrajectoriesConfig
+    instructions: InstructionsParams
+    trajectories: TrajectoriesParams
     model: ModelConfig = ModelConfig()
     sft: SFTParams | None = None
     rollout: RolloutParams = RolloutParams()
@@ -626,7 +633,7 @@ def check_model_source(name: str) -> None:
     """`model.name_or_path` must load without a download: a directory holding config.json and a tokenizer, or
     a Hub id already in the local Hugging Face cache."""
     path = Path(name).expanduser()
-    if path.exists() or name.startswith(("/", ".", "~", "data/")) or name.count("/") > 1:
+    if path.exists() or name.startswith(("/", ".", "~", f"{paths.DATA}/")) or name.count("/") > 1:
         check_model_dir(name, path)
     elif not _in_hub_cache(name):
         from huggingface_hub.constants import HF_HUB_CACHE

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gymflow import paths
 from gymflow.config import Params
 from gymflow.errors import UserError
 from gymflow.progress import quiet_hf_progress
 from gymflow.store.io import write_text
 
-METRICS_DIR = Path("data/metrics")
 ITERATION = {
     "ITERATION": "the AgentEvol iteration, one of evol.iterations in params.yaml"
 }  # its stages' argument
@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 def write_metrics(name: str, metrics: dict[str, Any]) -> Path:
     """data/metrics/<name>.json, which `dvc metrics show` reads."""
-    path = METRICS_DIR / f"{name}.json"
+    path = paths.metrics(name)
     write_text(path, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return path
 

@@ -6,24 +6,20 @@ Writes data/models/sweet (the SWEET-RL agent, evaluated by evaluate_sweet@sweet)
 data/metrics/actor.json.
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.models.build import resolve
 from gymflow.stage import required, run_stage, write_metrics
 from gymflow.train.dpo import train_dpo
-from gymflow.train.offline import PAIRS_PATH
 from gymflow.train.sweet import read_turn_pairs
 
 
 def main() -> None:
     params = load_params()
     sweet = required(params.sweet, "sweet")
-    pairs = read_turn_pairs(PAIRS_PATH)
-    start = resolve(Path("data/models") / sweet.start)
-    metrics = train_dpo(
-        start, Path("data/models/sweet"), pairs, sweet.seeded(sweet.dpo), Path("data/plots/sweet_dpo.csv")
-    )
+    pairs = read_turn_pairs(paths.PAIRS)
+    start = resolve(paths.model(sweet.start))
+    metrics = train_dpo(start, paths.model("sweet"), pairs, sweet.seeded(sweet.dpo), paths.plot("sweet_dpo"))
     write_metrics("actor", metrics)
     print(f"actor: DPO on {len(pairs)} per-turn pairs: {metrics}")
 

@@ -6,37 +6,36 @@ never sees); chosen from the top half, rejected from the bottom half.
 Writes data/sweet/pairs.parquet (ids as sampled, every candidate's score) and data/metrics/actor_pairs.json.
 """
 
-from pathlib import Path
-
 from transformers import AutoModelForCausalLM
 
+from gymflow import paths
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.models.build import load_tokenizer, resolve
+from gymflow.rollout.engine import SamplingConfig
 from gymflow.stage import required, run_stage, write_metrics
 from gymflow.train.critic import critic_episodes, critic_hash, load_critic
-from gymflow.train.offline import CRITICS_DIR, OFFLINE_DIR, PAIRS_PATH
 from gymflow.train.sweet import build_turn_pairs
 
 
 def main() -> None:
     params = load_params()
     sweet = required(params.sweet, "sweet")
-    start = resolve(Path("data/models") / sweet.start)
+    start = resolve(paths.model(sweet.start))
     policy = AutoModelForCausalLM.from_pretrained(start)
     fmt = ChatFormat(load_tokenizer(start))
-    critic = load_critic(CRITICS_DIR / sweet.actor.critic)
-    episodes = critic_episodes(OFFLINE_DIR, "data/instructions", fmt)
-    rollout = params.rollout
+    critic = load_critic(paths.critic(sweet.actor.critic))
+    episodes = critic_episodes(paths.OFFLINE_ROLLOUTS, paths.INSTRUCTIONS, fmt)
+    candidates = sweet.seeded(sweet.actor)
+    sampling = SamplingConfig.from_rollout(params.rollout, temperature=candidates.temperature)
     metrics = build_turn_pairs(
         policy,
         fmt,
         critic,
         episodes,
-        sweet.seeded(sweet.actor),
-        rollout.max_new_tokens,
-        rollout.batch_size,
-        PAIRS_PATH,
+        candidates,
+        sampling,
+        paths.PAIRS,
         critic_hash(critic),
     )
     write_metrics("actor_pairs", metrics)

@@ -7,8 +7,7 @@ score in `turns.critic_score`), data/plots/best_of_n.csv (success and reward aga
 data/metrics/best_of_n.json.
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.envs.instructions import load_tasks
 from gymflow.eval.best_of_n import CriticChooser, RandomChooser, best_of_n_curve
@@ -18,33 +17,31 @@ from gymflow.stage import required, run_stage, write_metrics
 from gymflow.store.io import write_csv
 from gymflow.train.critic import critic_hash, load_critic
 from gymflow.train.draws import draw_tasks
-from gymflow.train.offline import CRITICS_DIR
-
-OUT = Path("data/rollouts/best_of_n")
 
 
 def main() -> None:
     params = load_params()
     sweet = required(params.sweet, "sweet")
-    bon, rollout = sweet.best_of_n, params.rollout
-    policy = load_policy(sweet.start, Path("data/models") / sweet.start)
-    tasks = draw_tasks(load_tasks("data", sweet.env, "eval"), bon.tasks, sweet.seed, 0)
-    cfg = SamplingConfig(bon.temperature, 1.0, rollout.max_new_tokens, rollout.max_length, rollout.batch_size)
+    bon = sweet.best_of_n
+    policy = load_policy(sweet.start, paths.model(sweet.start))
+    tasks = draw_tasks(load_tasks(paths.DATA, sweet.env, "eval"), bon.tasks, sweet.seed, 0)
+    cfg = SamplingConfig.from_rollout(params.rollout, temperature=bon.temperature)
+    out = paths.BEST_OF_N_ROLLOUTS
     curves = {}
     for name in sweet.critics:
-        critic = load_critic(CRITICS_DIR / name)
+        critic = load_critic(paths.critic(name))
         settings = [name, critic_hash(critic)]  # a retrained critic plays again
         curves[name] = best_of_n_curve(
-            policy, tasks, bon.ns, name, lambda c=critic: CriticChooser(c), cfg, sweet.seed, OUT, settings
+            policy, tasks, bon.ns, name, lambda c=critic: CriticChooser(c), cfg, sweet.seed, out, settings
         )
     curves["random"] = best_of_n_curve(
-        policy, tasks, bon.ns, "random", lambda: RandomChooser(sweet.seed), cfg, sweet.seed, OUT, "random"
+        policy, tasks, bon.ns, "random", lambda: RandomChooser(sweet.seed), cfg, sweet.seed, out, "random"
     )
     rows = [
         {"n": n} | {f"{c}_{k}": curves[c][str(n)][k] for c in curves for k in ("success", "reward")}
         for n in bon.ns
     ]
-    write_csv(Path("data/plots/best_of_n.csv"), rows, list(rows[0]))
+    write_csv(paths.plot("best_of_n"), rows, list(rows[0]))
     write_metrics("best_of_n", curves)
     for row in rows:
         print(row)

@@ -12,13 +12,12 @@ import json
 import platform
 from pathlib import Path
 
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.eval.compare import describe, greedy_success, paired
 from gymflow.stage import run_stage, write_metrics
 from gymflow.store.io import write_text
-
-ROLLOUTS = Path("data/rollouts/evaluate")
 
 
 def cpu() -> str:
@@ -44,7 +43,10 @@ def main() -> None:
     lines = []
     for method, baseline in pairs:
         for env in params.evaluate.envs:
-            p = paired(greedy_success(ROLLOUTS, method, env), greedy_success(ROLLOUTS, baseline, env))
+            p = paired(
+                greedy_success(paths.EVALUATE_ROLLOUTS, method, env),
+                greedy_success(paths.EVALUATE_ROLLOUTS, baseline, env),
+            )
             metrics.setdefault(f"{method}_vs_{baseline}", {})[env] = p.to_dict()
             table.append(
                 f"| {method} | {baseline} | {env} | {p.method:.3f} | {p.baseline:.3f} | {p.mean:+.3f} | "
@@ -60,17 +62,17 @@ def main() -> None:
                     )
                 )
     trained = {
-        stage: json.loads(Path(path).read_text())
+        stage: json.loads(path.read_text())
         for stage, path in (
-            ("sft", "data/metrics/sft.json"),
-            (f"learn@{last}", f"data/metrics/learn/{last}.json"),
-            ("control", "data/metrics/control.json"),
+            ("sft", paths.metrics("sft")),
+            (f"learn@{last}", paths.metrics(f"learn/{last}")),
+            ("control", paths.metrics("control")),
         )
     }
     precision = "bf16" if trained["sft"].get("bf16") else "fp32"  # 2-4x apart on a CPU (README)
     seconds = ", ".join(f"{stage} {m.get('wall_seconds')}" for stage, m in trained.items())
     note = f"Run on {cpu()}, training in {precision}; training seconds: {seconds}"
-    write_text("data/compare/default.md", "\n".join([*table, "", *lines, "", note, ""]))
+    write_text(paths.comparison("default"), "\n".join([*table, "", *lines, "", note, ""]))
     write_metrics("compare", metrics | {"cpu": cpu(), "precision": precision})
     print("\n".join([*lines, note]))
 

@@ -7,8 +7,8 @@ Writes data/models/control, data/plots/control.csv and data/metrics/control.json
 """
 
 import json
-from pathlib import Path
 
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve
@@ -25,20 +25,20 @@ def main() -> None:
         )
     last = list(params.evol.iterations)[-1]
     settings, explorer = params.evol.at(last), params.evol.iterations[last].explorer
-    learned = Path("data/metrics/learn") / f"{last}.json"
+    learned = paths.metrics(f"learn/{last}")
     if not learned.exists():
         raise UserError(f"{learned} does not exist: run `dvc repro learn@{last}` first")
     rows = int(json.loads(learned.read_text())["episodes"])
-    tokenizer = load_tokenizer(resolve("data/models/init"))
-    sft = sft_rows(Path("data/rollouts/trajectories"), list(params.sft.envs), tokenizer)
+    tokenizer = load_tokenizer(resolve(paths.model("init")))
+    sft = sft_rows(paths.TRAJECTORY_ROLLOUTS, list(params.sft.envs), tokenizer)
     data = matched_set(sft, params.sft.envs, rows, settings.seed)
     start, cfg = learner(settings, explorer, params.sft)
     metrics = train_sft(
-        resolve(Path("data/models") / start),
-        Path("data/models/control"),
+        resolve(paths.model(start)),
+        paths.model("control"),
         data,
         cfg,
-        Path("data/plots/control.csv"),
+        paths.plot("control"),
     )
     metrics |= {"start": start, "matches": last}
     if main_process():

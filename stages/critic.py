@@ -9,8 +9,8 @@ data/metrics/critic/<name>.json (per epoch: loss, pair accuracy, examples per se
 """
 
 import sys
-from pathlib import Path
 
+from gymflow import paths
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.errors import UserError
@@ -18,7 +18,6 @@ from gymflow.models.build import load_tokenizer, resolve
 from gymflow.stage import required, run_stage, write_metrics
 from gymflow.store.io import write_rows
 from gymflow.train.critic import critic_episodes, load_critic, train_critic, turn_scores
-from gymflow.train.offline import CRITICS_DIR, OFFLINE_DIR
 
 
 def main() -> None:
@@ -29,13 +28,11 @@ def main() -> None:
             f"usage: python -m stages.critic NAME, with NAME one of sweet.critics {list(sweet.critics)}"
         )
     name = sys.argv[1]
-    start = resolve(Path("data/models") / sweet.start)
-    episodes = critic_episodes(OFFLINE_DIR, "data/instructions", ChatFormat(load_tokenizer(start)))
-    metrics = train_critic(start, episodes, sweet.critic_config(name), CRITICS_DIR / name)
-    critic = load_critic(CRITICS_DIR / name)
-    write_rows(
-        CRITICS_DIR / f"{name}.critic_scores.parquet", "critic_scores", turn_scores(critic, name, episodes)
-    )
+    start = resolve(paths.model(sweet.start))
+    episodes = critic_episodes(paths.OFFLINE_ROLLOUTS, paths.INSTRUCTIONS, ChatFormat(load_tokenizer(start)))
+    metrics = train_critic(start, episodes, sweet.critic_config(name), paths.critic(name))
+    critic = load_critic(paths.critic(name))
+    write_rows(paths.critic_scores(name), "critic_scores", turn_scores(critic, name, episodes))
     write_metrics(f"critic/{name}", metrics)
     print(
         f"critic {name}: loss {metrics['loss']:.4f}, accuracy {metrics['accuracy']:.3f} on {len(episodes)} episodes"

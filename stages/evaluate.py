@@ -10,19 +10,17 @@ apps `noop_reward`, the reward of calling complete_task() at once, its floor).
 """
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.envs.instructions import load_tasks
 from gymflow.errors import UserError
 from gymflow.eval.agenteval import evaluate_policy
 from gymflow.stage import run_stage, write_metrics
-
-ROLLOUTS = Path("data/rollouts/evaluate")
 
 
 def main() -> None:
@@ -39,11 +37,11 @@ def main() -> None:
         raise UserError(f"{outside} not in evaluate.envs {cfg.envs}: add them there or name others")
     if only:
         cfg = cfg.model_copy(update={"envs": only})
-    model_dir = Path("data/models") / policy
+    model_dir = paths.model(policy)
     if not model_dir.is_dir():
         raise UserError(f"{model_dir} does not exist: run `dvc repro` for the stage that builds it")
-    tasks = {env: load_tasks("data", env, "eval")[: cfg.limit.get(policy)] for env in cfg.envs}
-    metrics = evaluate_policy(policy, model_dir, tasks, cfg, params.rollout, ROLLOUTS)
+    tasks = {env: load_tasks(paths.DATA, env, "eval")[: cfg.limit.get(policy)] for env in cfg.envs}
+    metrics = evaluate_policy(policy, model_dir, tasks, cfg, params.rollout, paths.EVALUATE_ROLLOUTS)
     write_metrics(f"evaluate/{policy}", metrics)
     Console().print(summary_table(policy, metrics, cfg.envs))
 

@@ -5,8 +5,7 @@ Writes data/rollouts/explore/<iteration>/<env>.{episodes,turns}.parquet (stage "
 number) and data/metrics/explore/<iteration>.json (episodes, success and tasks solved per environment).
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.envs.instructions import load_tasks
 from gymflow.stage import ITERATION, iteration_arg, run_stage, write_metrics
@@ -17,11 +16,11 @@ def main() -> None:
     params = load_params()
     name = iteration_arg(params, "explore")
     settings, explorer = params.evol.at(name), params.evol.iterations[name].explorer
-    tasks = {env: load_tasks("data", env, "train") for env in settings.tasks}
-    out = Path("data/rollouts/explore") / name
+    tasks = {env: load_tasks(paths.DATA, env, "train") for env in settings.tasks}
+    out = paths.explored(name)
     metrics = explore(
         explorer,
-        Path("data/models") / explorer,
+        paths.model(explorer),
         tasks,
         settings,
         params.rollout,

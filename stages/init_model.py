@@ -8,22 +8,21 @@ Hugging Face model directory in data/models/init. With a name, data/models/init 
 (SmolLM2-135M-Instruct: `python -m gymflow.models.pretrained data/models/smollm2` builds that directory first).
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.config import check_model_source, load_params
 from gymflow.models.build import build_initial, write_source
 from gymflow.stage import run_stage, write_metrics
 from gymflow.store.db import connect
 from gymflow.store.io import atomic_dir
 
-OUT = Path("data/models/init")
+OUT = paths.model("init")
 
 
 def corpus() -> list[str]:
     """Every instruction and every AgentTraj message: what the policy will read and write. Only this stage's
     declared inputs are read, never later stages' rollouts."""
-    tasks = connect("data/instructions").execute("select instruction from tasks").fetchall()
-    turns = connect("data/rollouts/trajectories").execute("select text from turns").fetchall()
+    tasks = connect(paths.INSTRUCTIONS).execute("select instruction from tasks").fetchall()
+    turns = connect(paths.TRAJECTORY_ROLLOUTS).execute("select text from turns").fetchall()
     return [text for (text,) in tasks + turns if text]
 
 

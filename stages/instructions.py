@@ -5,6 +5,7 @@ Writes data/instructions/<env>.tasks.parquet and data/metrics/instructions.json;
 parallel, one process per core.
 """
 
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.envs.instructions import build_all
 from gymflow.stage import run_stage, write_metrics
@@ -15,7 +16,7 @@ def main() -> None:
     cfg = params.instructions
     sizes = {env: (cfg.train[env], cfg.eval[env]) for env in params.envs}
     counts = {}
-    for env, count in build_all("data", sizes, cfg.seed, cfg.views):
+    for env, count in build_all(paths.DATA, sizes, cfg.seed, cfg.views):
         counts[env] = count
         print(f"{env}: {count['train']} train, {count['eval']} eval tasks", flush=True)
     write_metrics("instructions", {env: counts[env] for env in params.envs})

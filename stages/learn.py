@@ -7,8 +7,8 @@ on), data/models/<iteration>, data/plots/learn/<iteration>.csv and data/metrics/
 """
 
 from collections import defaultdict
-from pathlib import Path
 
+from gymflow import paths
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.models.build import load_tokenizer, resolve
@@ -21,25 +21,25 @@ def main() -> None:
     params = load_params()
     name = iteration_arg(params, "learn")
     settings, explorer = params.evol.at(name), params.evol.iterations[name].explorer
-    tokenizer = load_tokenizer(resolve("data/models/init"))
-    rollouts = Path("data/rollouts/explore") / name
+    tokenizer = load_tokenizer(resolve(paths.model("init")))
+    rollouts = paths.explored(name)
     kept = kept_episodes(
         rollouts, params.evol.index(name), settings.threshold, ChatFormat(tokenizer), settings.keep
     )
-    write_kept(Path("data/evol") / f"{name}.kept.parquet", kept)
+    write_kept(paths.kept(name), kept)
     by_env = defaultdict(list)
     for row in kept:
         by_env[row["env"]].append({k: row[k] for k in ("input_ids", "assistant_masks")})
     sft_envs = list(params.sft.envs)
-    sft = sft_rows(Path("data/rollouts/trajectories"), sft_envs, tokenizer) if settings.merge_sft else {}
+    sft = sft_rows(paths.TRAJECTORY_ROLLOUTS, sft_envs, tokenizer) if settings.merge_sft else {}
     data = learning_set(by_env, sft, params.sft.envs, settings.epochs, settings.seed)
     start, cfg = learner(settings, explorer, params.sft)
     metrics = train_sft(
-        resolve(Path("data/models") / start),
-        Path("data/models") / name,
+        resolve(paths.model(start)),
+        paths.model(name),
         data,
         cfg,
-        Path("data/plots/learn") / f"{name}.csv",
+        paths.plot(f"learn/{name}"),
     )
     metrics |= {"start": start, "kept": {env: len(rows) for env, rows in sorted(by_env.items())}}
     if main_process():  # under `accelerate launch`, the first process reports

@@ -6,21 +6,27 @@ Writes data/rollouts/offline/<env>.{episodes,turns}.parquet (stage "offline") an
 (episodes, success, mean reward, tasks whose samples' rewards differ: the ones pairs come from).
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.envs.instructions import load_tasks
 from gymflow.stage import required, run_stage, write_metrics
-from gymflow.train.offline import OFFLINE_DIR, collect_offline
+from gymflow.train.offline import collect_offline
 
 
 def main() -> None:
     params = load_params()
     sweet = required(params.sweet, "sweet")
-    tasks = load_tasks("data", sweet.env, "train")
-    model_dir = Path("data/models") / sweet.start
+    tasks = load_tasks(paths.DATA, sweet.env, "train")
+    model_dir = paths.model(sweet.start)
     metrics = collect_offline(
-        sweet.start, model_dir, sweet.env, tasks, sweet.offline, sweet.seed, params.rollout, OFFLINE_DIR
+        sweet.start,
+        model_dir,
+        sweet.env,
+        tasks,
+        sweet.offline,
+        sweet.seed,
+        params.rollout,
+        paths.OFFLINE_ROLLOUTS,
     )
     write_metrics("offline", metrics)
     print(

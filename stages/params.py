@@ -9,14 +9,11 @@ in the local cache) and that a built one fits its memory. The output's content n
 reruns this check, and after it only the stages whose own params changed.
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.config import check_machine, load_params
 from gymflow.stage import run_stage
 from gymflow.store.io import write_text
 from gymflow.train.presets import switches
-
-OUT = Path("data/params.ok")
 
 
 def main() -> None:
@@ -24,7 +21,9 @@ def main() -> None:
     if params.rl is not None:
         switches(params.rl)  # the RL presets live beside the trainer, so that editing one reruns only `rl`
     check_machine(params)  # the named model is here, or the built one fits: else init_model or sft fails late
-    write_text(OUT, "params.yaml passed gymflow.config.load_params\n")  # constant: no stage reruns for it
+    write_text(
+        paths.PARAMS_OK, "params.yaml passed gymflow.config.load_params\n"
+    )  # constant: no stage reruns for it
     print("params.yaml: ok")
 
 

@@ -6,14 +6,12 @@ data/plots/evol.csv (iteration, policy, one column per environment).
 """
 
 import json
-from pathlib import Path
 
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.stage import run_stage
 from gymflow.store.io import write_csv
-
-METRICS = Path("data/metrics/evaluate")
 
 
 def main() -> None:
@@ -23,12 +21,12 @@ def main() -> None:
     envs = params.evaluate.envs
     rows = []
     for x, policy in enumerate(["sft", *params.evol.iterations]):
-        path = METRICS / f"{policy}.json"
+        path = paths.metrics(f"evaluate/{policy}")
         if not path.exists():
             raise UserError(f"{path} is missing: run `dvc repro` to evaluate {policy} first")
         metrics = json.loads(path.read_text())
         rows.append({"iteration": x, "policy": policy} | {e: metrics[e]["all"]["success"] for e in envs})
-    write_csv("data/plots/evol.csv", rows, ["iteration", "policy", *envs])
+    write_csv(paths.plot("evol"), rows, ["iteration", "policy", *envs])
     for row in rows:
         print(row)
 

@@ -5,15 +5,13 @@ the offline episodes that succeeded (or reached `sweet.rft.min_reward`), token f
 Writes data/models/rft, data/plots/rft.csv and data/metrics/rft.json.
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.agent.chat import ChatFormat
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve
 from gymflow.stage import main_process, required, run_stage, write_metrics
 from gymflow.train.critic import critic_episodes
-from gymflow.train.offline import OFFLINE_DIR
 from gymflow.train.sft import train_sft
 from gymflow.train.sweet import rft_rows
 
@@ -23,11 +21,11 @@ def main() -> None:
     sweet = required(params.sweet, "sweet")
     if params.sft is None:
         raise UserError("params.yaml has no `sft:` section: rejection fine-tuning trains with its settings")
-    start = resolve(Path("data/models") / sweet.start)
-    episodes = critic_episodes(OFFLINE_DIR, "data/instructions", ChatFormat(load_tokenizer(start)))
+    start = resolve(paths.model(sweet.start))
+    episodes = critic_episodes(paths.OFFLINE_ROLLOUTS, paths.INSTRUCTIONS, ChatFormat(load_tokenizer(start)))
     rows = rft_rows(episodes, sweet.rft.epochs, sweet.seed, sweet.rft.min_reward)
     cfg = params.sft.model_copy(update={"lr": sweet.rft.lr, "seed": sweet.seed})
-    metrics = train_sft(str(start), Path("data/models/rft"), rows, cfg, Path("data/plots/rft.csv"))
+    metrics = train_sft(str(start), paths.model("rft"), rows, cfg, paths.plot("rft"))
     kept = sum(
         e.success if sweet.rft.min_reward is None else e.reward >= sweet.rft.min_reward for e in episodes
     )

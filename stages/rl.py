@@ -9,8 +9,7 @@ gradient norm, fraction filtered) and data/metrics/rl.json (with the timings: to
 rollouts and updates). Held-out success is `evaluate@rl`'s.
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.envs.base import Task
 from gymflow.envs.instructions import load_tasks
@@ -22,7 +21,7 @@ from gymflow.train.rl import train_rl
 
 def train_tasks(env: str, levels: list[str] | None) -> list[Task]:
     """`env`'s train split, only `levels` if given (LOOP trains on AppWorld's difficulties 1 and 2)."""
-    tasks = load_tasks("data", env, "train")
+    tasks = load_tasks(paths.DATA, env, "train")
     kept = [t for t in tasks if levels is None or t.difficulty in levels]
     if not kept:
         have = ", ".join(sorted({t.difficulty for t in tasks}))
@@ -35,7 +34,7 @@ def main() -> None:
     rl, rollout = params.rl, params.rollout
     if rl is None:
         raise UserError("params.yaml has no `rl:` section; add one (see the README) to run this stage")
-    start = Path("data/models") / rl.start
+    start = paths.model(rl.start)
     if not start.is_dir():
         raise UserError(
             f"rl.start is {rl.start!r} but {start} does not exist: use sft or a built evol iteration"
@@ -43,12 +42,12 @@ def main() -> None:
     tasks = {env: train_tasks(env, rl.difficulties.get(env)) for env in rl.tasks}
     metrics = train_rl(
         resolve(start),
-        Path("data/models/rl"),
+        paths.model("rl"),
         tasks,
         rl,
         rollout,
-        Path("data/rollouts/rl"),
-        Path("data/plots/rl.csv"),
+        paths.RL_ROLLOUTS,
+        paths.plot("rl"),
     )
     if main_process():
         write_metrics("rl", metrics)

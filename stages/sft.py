@@ -7,8 +7,7 @@ Writes data/models/sft (a Hugging Face model directory), data/plots/sft.csv (los
 and data/metrics/sft.json (final loss, episodes, training tokens per second, wall time).
 """
 
-from pathlib import Path
-
+from gymflow import paths
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.models.build import resolve
@@ -20,14 +19,12 @@ def main() -> None:
     params = load_params()
     if params.sft is None:
         raise UserError("params.yaml has no `sft:` section; add one (see the README) to run this stage")
-    data = mixture("data/rollouts/trajectories", params.sft.envs)  # its declared input only
+    data = mixture(paths.TRAJECTORY_ROLLOUTS, params.sft.envs)  # its declared input only
     if not data:
         raise UserError(
             f"no AgentTraj episodes for {list(params.sft.envs)}: run `dvc repro trajectories` first"
         )
-    metrics = train_sft(
-        resolve("data/models/init"), Path("data/models/sft"), data, params.sft, Path("data/plots/sft.csv")
-    )
+    metrics = train_sft(resolve(paths.model("init")), paths.model("sft"), data, params.sft, paths.plot("sft"))
     if main_process():
         write_metrics("sft", metrics)
         print(", ".join(f"{k} {v}" for k, v in metrics.items()))

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from gymflow.envs.apps.env import Apps, api_calls, code_cells, doc_lookups, fence
-from gymflow.envs.apps.scenarios import draw_tasks
+from gymflow.envs.apps.scenarios import scenario_tasks
 from gymflow.envs.apps.world import build_world
 from gymflow.envs.base import Task
 from gymflow.rollout.expert import run_expert
@@ -145,7 +145,7 @@ def test_generation_is_deterministic_and_variants_share_a_scenario() -> None:
     eval_scenarios = {t.task_id.rsplit("_", 1)[0] for t in tasks("eval")}
     train_scenarios = {t.task_id.rsplit("_", 1)[0] for t in tasks("train")}
     assert not eval_scenarios & train_scenarios
-    assert list(itertools.islice(draw_tasks("eval", 0), 3))[0][0] == tasks("eval", 1)[0].task_id
+    assert list(itertools.islice(scenario_tasks("eval", 0), 3))[0][0] == tasks("eval", 1)[0].task_id
 
 
 def test_a_forged_done_frame_and_a_timer_neither_answer_for_the_cell_nor_act_later(env: Apps) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from gymflow.envs.apps import api as A
-from gymflow.envs.apps.api import APPS, access_token
+from gymflow.envs.apps.api import APPS, BAD_ARGS, LIMIT, MAX_CALLS, ApiError, World, access_token
 from gymflow.envs.apps.checks import run_checks, same, same_answer
-from gymflow.envs.apps.scenarios import LEVELS, TEMPLATES, VARIANTS, draw_tasks, make_task
-from gymflow.envs.apps.world import BAD_ARGS, LIMIT, MAX_CALLS, NOW, ApiError, World, build_world
+from gymflow.envs.apps.scenarios import LEVELS, TEMPLATES, VARIANTS, make_task, scenario_tasks
+from gymflow.envs.apps.world import NOW, build_world
 
 SEED = 11
 ALL_APIS = [(app, name) for app, spec in APPS.items() for name in spec.apis]
@@ -108,10 +108,10 @@ def test_world_keeps_its_own_copy_and_login_changes_nothing():
         world.call("venmo", "show_account", [token(world, "phone")], {})
 
 
-def test_draw_tasks_variants_splits_levels():
-    first = [t for _, t in zip(range(30), draw_tasks("train", 0), strict=False)]
-    assert first == [t for _, t in zip(range(30), draw_tasks("train", 0), strict=False)]
-    assert first != [t for _, t in zip(range(30), draw_tasks("train", 1), strict=False)]
+def test_scenario_tasks_variants_splits_levels():
+    first = [t for _, t in zip(range(30), scenario_tasks("train", 0), strict=False)]
+    assert first == [t for _, t in zip(range(30), scenario_tasks("train", 0), strict=False)]
+    assert first != [t for _, t in zip(range(30), scenario_tasks("train", 1), strict=False)]
     for i in range(0, 30, VARIANTS):
         group = first[i : i + VARIANTS]
         assert len({tid.rsplit("_", 1)[0] for tid, *_ in group}) == 1 and [
@@ -121,15 +121,15 @@ def test_draw_tasks_variants_splits_levels():
         assert len({seed for _, _, seed, *_ in group}) == VARIANTS  # each variant has its own world
         assert all(hidden["scenario"] == tid.rsplit("_", 1)[0] for tid, *_, hidden in group)
     ids = {
-        split: [t[0] for _, t in zip(range(300), draw_tasks(split, 0), strict=False)]
+        split: [t[0] for _, t in zip(range(300), scenario_tasks(split, 0), strict=False)]
         for split in ("train", "eval")
     }
     scenario = {split: {tid.rsplit("_", 1)[0] for tid in tids} for split, tids in ids.items()}
     assert not scenario["train"] & scenario["eval"]
-    levels = {t[1] for _, t in zip(range(300), draw_tasks("eval", 0), strict=False)}
+    levels = {t[1] for _, t in zip(range(300), scenario_tasks("eval", 0), strict=False)}
     assert levels == set(LEVELS)
     with pytest.raises(ValueError, match="splits"):
-        next(draw_tasks("test", 0))
+        next(scenario_tasks("test", 0))
 
 
 # ---- documented errors ---------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout import agenttraj
 from gymflow.rollout import play as play_module
 from gymflow.rollout.expert import run_expert
-from gymflow.rollout.play import kept
+from gymflow.rollout.play import shadow
 from gymflow.rollout.records import RunInfo
 from gymflow.store.db import connect
 from gymflow.store.io import (
@@ -467,7 +467,7 @@ def test_a_rerun_without_an_environment_leaves_none_of_its_rollouts_behind(agent
     assert (
         not (tmp_path / ".sft.speed/wordle.json").exists() and maze.stat().st_mtime_ns == played
     )  # not replayed
-    assert sorted(p.name for p in kept(tmp_path / "sft").iterdir()) == [
+    assert sorted(p.name for p in shadow(tmp_path / "sft").iterdir()) == [
         "maze.episodes.parquet",
         "maze.turns.parquet",
     ]
@@ -494,6 +494,6 @@ def test_a_run_whose_output_folder_dvc_emptied_finds_its_episodes_kept_and_plays
     other = EvalParams(envs=["maze"], seed=cfg.seed + 1)  # other settings: the kept tables are not current
     monkeypatch.undo()
     evaluate_policy("sft", agent, tasks, other, play, tmp_path)
-    assert file_metadata(kept(tmp_path / "sft") / "maze.episodes.parquet") == file_metadata(
+    assert file_metadata(shadow(tmp_path / "sft") / "maze.episodes.parquet") == file_metadata(
         tmp_path / "sft/maze.episodes.parquet"
     )

@@ -30,8 +30,8 @@ from gymflow.serving import free_port, started
 
 MAZES = build_splits(Maze, 6, 0, seed=0)["train"]
 CRAFT = build_splits(TextCraft, 0, 2, seed=0)["eval"]
-GREEDY = SamplingConfig(0.0, 1.0, max_new_tokens=24, max_length=1024, batch_size=2)
-SAMPLED = SamplingConfig(1.0, 1.0, max_new_tokens=24, max_length=1024, batch_size=2)
+GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=24, max_length=1024, batch_size=2)
+SAMPLED = SamplingConfig(temperature=1.0, max_new_tokens=24, max_length=1024, batch_size=2)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from gymflow.envs.maze import Maze
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout.agenttraj import write_episodes
-from gymflow.rollout.engine import SamplingConfig, episode_tokens, rollout
+from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask, rollout
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
 from gymflow.train.draws import draw_tasks
@@ -77,7 +77,7 @@ def test_kept_episodes_carry_the_sampled_ids_and_their_mask(explored, fmt):
     by_key = {(ep.task.task_id, ep.sample): ep for ep in played[1]}
     for row in kept_episodes(folder, 1, 0.0, fmt):
         ep = by_key[(row["task_id"], row["sample"])]
-        ids, mask = episode_tokens(ep.messages, fmt)
+        ids, mask = episode_ids_and_mask(ep.messages, fmt)
         assert (row["input_ids"], row["assistant_masks"]) == (ids, mask)
         sampled = [i for m in ep.messages if m.role == "assistant" for i in m.token_ids]
         assert [i for i, m in zip(ids, mask, strict=True) if m] == sampled  # trained on exactly these
@@ -90,7 +90,7 @@ def test_agenttraj_rows_mask_the_replies_as_the_engine_does(fmt):
             m.token_ids = fmt.encode(m.text + fmt.tokenizer.eos_token)
     chat = [{"role": m.role, "content": m.text} for m in episode.messages[:-1]]
     [row] = chat_rows(fmt.tokenizer, [{"messages": chat}])
-    ids, mask = episode_tokens(episode.messages, fmt)
+    ids, mask = episode_ids_and_mask(episode.messages, fmt)
     # the template adds its newline after the last reply, outside the mask
     assert row["input_ids"][: len(ids)] == ids and row["assistant_masks"][: len(mask)] == mask
     assert not any(row["assistant_masks"][len(mask) :])

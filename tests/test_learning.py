@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from gymflow.config import InstructionsConfig, TrajectoriesConfig
+from gymflow.config import InstructionsParams, TrajectoriesParams
 from gymflow.envs import make_env
 from gymflow.envs.instructions import build_splits, with_view
 from gymflow.envs.maze import Maze
@@ -64,13 +64,13 @@ def test_the_greedy_demonstrator_is_seeded_per_task_and_solves_about_half():
 
 
 def test_views_and_demonstrators_are_checked_in_params():
-    assert InstructionsConfig(train={}, eval={}, views={"maze": "verbal"}).views == {"maze": "verbal"}
+    assert InstructionsParams(train={}, eval={}, views={"maze": "verbal"}).views == {"maze": "verbal"}
     with pytest.raises(ValueError, match="'pictures' is not a view; it has views"):
-        InstructionsConfig(train={}, eval={}, views={"maze": "pictures"})
+        InstructionsParams(train={}, eval={}, views={"maze": "pictures"})
     with pytest.raises(ValueError, match="no choice of view"):
-        InstructionsConfig(train={}, eval={}, views={"wordle": "verbal"})
+        InstructionsParams(train={}, eval={}, views={"wordle": "verbal"})
     with pytest.raises(ValueError, match="no demonstrator 'greedy'"):
-        TrajectoriesConfig(tasks={}, demonstrators={"wordle": "greedy"})
+        TrajectoriesParams(tasks={}, demonstrators={"wordle": "greedy"})
 
 
 def test_paired_differences_by_hand():

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import yaml
 
 from flows.dvc_tasks import git_commit
 from gymflow.errors import UserError
+from gymflow.serving import free_port
 from tests.test_dvc_remote import ENV, ROOT, commit, make_project, outputs, run
 
 pytestmark = pytest.mark.slow  # a Prefect server, its workers and DVC
@@ -61,12 +61,6 @@ DVC_YAML = """stages:
 """
 
 STAGES = ["trajectories", "evaluate@sft"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:

@@ -20,7 +20,7 @@ from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve, write_source
-from gymflow.rollout.engine import SamplingConfig, episode_tokens, rollout
+from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask, rollout
 from gymflow.rollout.expert import run_expert
 from gymflow.serving import free_port, started
 
@@ -141,7 +141,7 @@ def test_chat_format_pieces_are_the_templates_ids_token_for_token(converted):
     for m in episode.messages:
         if m.role == "assistant":
             m.token_ids = fmt.encode(m.text + fmt.tokenizer.eos_token)
-    ids, mask = episode_tokens(episode.messages, fmt)
+    ids, mask = episode_ids_and_mask(episode.messages, fmt)
     chat = [{"role": m.role, "content": m.text} for m in episode.messages[:-1]]
     ref = fmt.tokenizer.apply_chat_template(chat, tokenize=False).removesuffix(fmt.after_reply)
     assert ids == fmt.encode(ref)
@@ -181,7 +181,9 @@ def test_evaluation_through_serve_model_stores_the_in_process_greedy_ids(sft, ur
     query = "select t.token_ids from turns t join episodes e using (episode_id) where t.token_ids is not null order by t.turn"
     stored = [list(row[0]) for row in connect(tmp_path).execute(query).fetchall() if row[0]]
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    cfg = SamplingConfig(0.0, 1.0, play.max_new_tokens, play.max_length, 1)
+    cfg = SamplingConfig(
+        temperature=0.0, max_new_tokens=play.max_new_tokens, max_length=play.max_length, batch_size=1
+    )
     (local,) = rollout(model, fmt, [(task, 0)], cfg)
     replies = [m.token_ids for m in local.messages if m.role == "assistant"]
     assert stored == replies and len(replies) >= 2

@@ -153,7 +153,7 @@ def test_a_served_evaluation_in_one_batch_logs_each_episode_as_it_ends(monkeypat
         log = Recorder(ended)
         monkeypatch.setattr(sys, "stderr", log)
         monkeypatch.setattr(gymflow.progress, "LOG_INTERVAL", 0.0)  # a line per change, not every 30 s
-        cfg = SamplingConfig(0.0, 1.0, max_new_tokens=24, max_length=1024, batch_size=len(tasks))
+        cfg = SamplingConfig(temperature=0.0, max_new_tokens=24, max_length=1024, batch_size=len(tasks))
         episodes = rollout(Fixed(fmt), fmt, [(t, 0) for t in tasks], cfg, 10, make=lambda n: Ending(n, [url]))
     assert [ep.turns for ep in episodes] == [1, 2, 3, 4]
     assert all("\r" not in line for _, line in log.lines)

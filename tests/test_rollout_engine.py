@@ -12,7 +12,7 @@ from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import train_tokenizer
-from gymflow.rollout.engine import SamplingConfig, episode_tokens, rollout
+from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask, rollout
 from gymflow.rollout.expert import run_expert
 
 TASKS = build_splits(Maze, 6, 0, seed=0)["train"]
@@ -36,7 +36,7 @@ def test_format_matches_the_chat_template_for_canonical_replies(fmt):
     for m in episode.messages:
         if m.role == "assistant":
             m.token_ids = fmt.encode(m.text + fmt.tokenizer.eos_token)
-    ids, mask = episode_tokens(episode.messages, fmt)
+    ids, mask = episode_ids_and_mask(episode.messages, fmt)
     chat = [{"role": m.role, "content": m.text} for m in episode.messages[:-1]]  # no reply after the last obs
     ref = fmt.tokenizer.apply_chat_template(chat, tokenize=False)
     assert fmt.tokenizer.decode(ids) == ref.removesuffix(fmt.after_reply)
@@ -51,7 +51,7 @@ def test_stored_logprobs_equal_a_full_recompute_of_the_rebuilt_sequence(model, f
     episodes = rollout(model, fmt, [(t, 0) for t in TASKS], cfg, horizon=3, generator=gen)
     assert [e.task.task_id for e in episodes] == [t.task_id for t in TASKS]
     for ep in episodes:
-        ids, mask = episode_tokens(ep.messages, fmt)
+        ids, mask = episode_ids_and_mask(ep.messages, fmt)
         assert ep.tokens == len(ids) and sum(mask) > 10  # several replies, all counted
         with torch.no_grad():
             logp = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)

@@ -17,7 +17,7 @@ from gymflow.models.build import build_model, load_tokenizer
 from gymflow.models.openai_client import CompletionClient
 from gymflow.models.sampling import sample
 from gymflow.models.tokenizer import train_tokenizer
-from gymflow.rollout.engine import SamplingConfig, episode_tokens, rollout
+from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask, rollout
 from gymflow.rollout.expert import run_expert
 from gymflow.serving import free_port, started
 
@@ -93,7 +93,7 @@ def test_rollout_through_the_server_equals_the_in_process_engine(client, model, 
         assert (a.turns, a.end_reason, a.tokens) == (b.turns, b.end_reason, b.tokens)
         stored = lambda ep: [x for m in ep.messages for x in m.logprobs or []]  # noqa: E731
         assert stored(a) == pytest.approx(stored(b), abs=1e-4)
-        ids, _ = episode_tokens(a.messages, fmt)
+        ids, _ = episode_ids_and_mask(a.messages, fmt)
         assert a.tokens == len(ids) and sum(m.role == "assistant" for m in a.messages) == a.turns == 3
 
 

@@ -14,7 +14,7 @@ from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.models.build import build_initial
 from gymflow.rollout.agenttraj import write_episodes
-from gymflow.rollout.engine import episode_tokens
+from gymflow.rollout.engine import episode_ids_and_mask
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
 from gymflow.train.sft import conversations, mixture, sft_args, train_sft, use_bf16
@@ -74,7 +74,7 @@ def test_trained_tokens_are_the_assistant_replies_exactly(tmp_path, data_dir, in
         episode = run_expert(env, next(t for t in TASKS if t.instruction in conv["messages"][1]["content"]))
         for m in episode.messages:
             m.token_ids = fmt.encode(m.text + tok.eos_token) if m.role == "assistant" else []
-        ids, mask = episode_tokens(episode.messages, fmt)
+        ids, mask = episode_ids_and_mask(episode.messages, fmt)
         # TRL's sequence ends with the template's text after the last reply, outside the mask
         trained = [int(label != -100) for label in row["labels"]]
         assert row["input_ids"][: len(ids)] == ids and trained[: len(mask)] == mask

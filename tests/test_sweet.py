@@ -66,7 +66,8 @@ def offline(fmt, policy, tmp_path_factory):
 def _build(policy, fmt, critic, episodes, tmp_path, **params):
     cfg = CandidateParams(**({"candidates": 4, "pairs_per_turn": 2} | params))
     out = tmp_path / "pairs.parquet"
-    metrics = build_turn_pairs(policy, fmt, critic, episodes, cfg, 8, 8, out, "critic-test")
+    sampling = SamplingConfig(temperature=cfg.temperature, max_new_tokens=8, batch_size=8)
+    metrics = build_turn_pairs(policy, fmt, critic, episodes, cfg, sampling, out, "critic-test")
     return pq.read_table(out).to_pylist(), metrics
 
 
@@ -167,7 +168,7 @@ def test_stored_pairs_hold_the_sampled_ids_and_the_context_the_policy_saw(
         for k in range(0, len(prompts), 4):
             assert prompts[k : k + 4] == [prompts[k]] * 4  # N copies of one context
             per_turn.append(replies[k : k + 4])
-    order = {(t.episode.episode_id, t.reply): i for i, t in enumerate(sweet.episode_turns_of(episodes))}
+    order = {(t.episode.episode_id, t.reply): i for i, t in enumerate(sweet.replies_in_context(episodes))}
     engine = {}  # (task, sample) -> the sequence as the engine fed it, from the episode in memory
     for ep in played:
         engine[ep.task.task_id, ep.sample] = episode_turns(ep.messages, fmt)

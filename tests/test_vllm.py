@@ -24,6 +24,7 @@ from gymflow.models.sampling import sample
 from gymflow.models.tokenizer import train_tokenizer
 from gymflow.models.vllm import VllmError, vllm_server
 from gymflow.rollout.expert import run_expert
+from gymflow.serving import free_port
 from tests.conftest import TINY
 
 pytestmark = pytest.mark.slow  # a vLLM server, or its stand-in, as processes
@@ -234,10 +235,10 @@ def test_serve_vllm_turns_a_server_that_fails_or_dies_into_a_one_line_error(fake
     python, model, pids = fake
     env = {"FAKE_MODE": "crash", "FAKE_PIDS": str(pids)}
     with pytest.raises(UserError, match=r"^vLLM exited with code 3 while starting; the end of its log \("):
-        vllm.serve(model, vllm.free_port(), python=python, env=env)
+        vllm.serve(model, free_port(), python=python, env=env)
     assert "RuntimeError: no kernel for this model" in capsys.readouterr().err
 
-    port = vllm.free_port()
+    port = free_port()
     env = {"FAKE_MODE": "once", "FAKE_PIDS": str(pids)}
     with pytest.raises(UserError, match=f"^vLLM stopped answering at http://127.0.0.1:{port}/v1; the end"):
         vllm.serve(model, port, python=python, env=env)
@@ -259,7 +260,7 @@ def test_ray_workers_sampling_through_vllm_play_the_in_process_episodes(url, sav
     from gymflow.rollout.distributed import Placement, play_jobs
     from gymflow.rollout.engine import SamplingConfig, rollout
 
-    cfg = SamplingConfig(0.0, 1.0, max_new_tokens=16, max_length=1024, batch_size=2)
+    cfg = SamplingConfig(temperature=0.0, max_new_tokens=16, max_length=1024, batch_size=2)
     jobs = [(t, 0) for t in TASKS]
     model = AutoModelForCausalLM.from_pretrained(saved).eval()
     local = rollout(model, fmt, jobs, cfg, horizon=3)

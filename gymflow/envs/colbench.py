@@ -51,7 +51,7 @@ from gymflow.envs.colbench_families import (
     LEVELS,
     N_TESTS,
     answer,
-    draw_tasks,
+    family_tasks,
     instruction,
     same,
     words_only,
@@ -179,7 +179,7 @@ class ColBench(Env):
 
     @classmethod
     def generate(cls, split: str, seed: int) -> Iterator[Task]:
-        for task_id, level, task_seed, hidden in draw_tasks(seed):
+        for task_id, level, task_seed, hidden in family_tasks(seed):
             yield Task(
                 env=cls.spec.name,
                 task_id=task_id,

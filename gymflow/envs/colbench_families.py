@@ -812,7 +812,7 @@ def instruction(hidden: dict) -> str:
     )
 
 
-def draw_tasks(seed: int) -> Iterator[tuple[str, str, int, dict]]:
+def family_tasks(seed: int) -> Iterator[tuple[str, str, int, dict]]:
     """An endless seeded stream of (task_id, difficulty, seed, hidden). The id is a digest of the task's
     content (family, values, hidden rules), so the same task drawn twice, in any split, has the same id."""
     rng = task_rng("colbench-tasks", seed)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import as_completed
 from pathlib import Path
 
+from gymflow import paths
 from gymflow.envs import ENVS
 from gymflow.envs.base import Env, Task
 from gymflow.errors import UserError
@@ -87,7 +88,7 @@ def build_splits(env_cls: type[Env], n_train: int, n_eval: int, seed: int) -> di
 
 
 def tasks_file(data_dir: str | Path, env: str) -> Path:
-    return table_path(Path(data_dir) / "instructions", env, "tasks")
+    return table_path(paths.under(data_dir, paths.INSTRUCTIONS), env, "tasks")
 
 
 def save_tasks(data_dir: str | Path, env: str, splits: dict[str, list[Task]]) -> Path:

@@ -41,9 +41,8 @@ def evaluate_policy(
     # its own, so rollouts stored by then stay current
     how = [cfg.model_dump(exclude={"envs", "limit"}) | rollout_cfg.model_dump(exclude=PLACEMENT), server]
     where = Placement.of(rollout_cfg, name)
-    lengths = rollout_cfg.max_new_tokens, rollout_cfg.max_length, rollout_cfg.batch_size
-    greedy = SamplingConfig(0.0, 1.0, *lengths)
-    sampled = SamplingConfig(cfg.temperature, cfg.top_p, *lengths)
+    greedy = SamplingConfig.from_rollout(rollout_cfg, temperature=0.0)
+    sampled = SamplingConfig.from_rollout(rollout_cfg, temperature=cfg.temperature, top_p=cfg.top_p)
     results = {}
     drop_others(rollout_dir / name, list(tasks))
     for env, env_tasks in tasks.items():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import duckdb
 
+from gymflow import paths
 from gymflow.errors import UserError
 from gymflow.store.db import read_only
 
@@ -222,7 +223,9 @@ def behaviour_metrics(rollouts: str | Path, where: str = DEFAULT_WHERE) -> dict[
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m gymflow.eval.behaviour", description=__doc__.splitlines()[0])
-    p.add_argument("data", nargs="?", default="data", help="a folder of rollout tables (default: data)")
+    p.add_argument(
+        "data", nargs="?", default=str(paths.DATA), help=f"a folder of rollout tables (default: {paths.DATA})"
+    )
     p.add_argument("--where", default=DEFAULT_WHERE, help=f"episodes measured (default: {DEFAULT_WHERE})")
     p.add_argument("--sql", choices=list(QUERIES), help="print this query's text instead of running them all")
     args = p.parse_args(argv)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from gymflow import paths
 from gymflow.agent.react import parse_action
 from gymflow.envs import make_env
 from gymflow.envs.base import Task
@@ -576,7 +577,7 @@ def ceilings(
     from gymflow.train.sft import conversations
 
     demonstrator = demonstrator or default_demonstrator(data_dir, env_name)
-    trajectories = Path(data_dir) / "rollouts" / "trajectories"
+    trajectories = paths.under(data_dir, paths.TRAJECTORY_ROLLOUTS)
     attempted = int(file_metadata(table_path(trajectories, env_name, "episodes"))["gymflow.attempted"])
     train = load_tasks(data_dir, env_name, "train")[:attempted]
     held_out = load_tasks(data_dir, env_name, "eval")
@@ -604,7 +605,7 @@ def ceilings(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("env", choices=list(READERS), help="the environment")
-    parser.add_argument("--data", default="data", help="the data folder (default: data)")
+    parser.add_argument("--data", default=str(paths.DATA), help=f"the data folder (default: {paths.DATA})")
     parser.add_argument(
         "--demonstrator",
         help="who played AgentTraj (default: params.yaml beside the data folder, else expert)",
@@ -619,7 +620,7 @@ def main() -> None:
     if args.misread:
         from gymflow.train.sft import conversations
 
-        folder = Path(args.data) / "rollouts" / "evaluate" / args.misread
+        folder = paths.under(args.data, paths.EVALUATE_ROLLOUTS) / args.misread
         episodes = [conv["messages"] for conv in conversations(folder, [args.env], stage="evaluate")]
         bad, moves = misread(args.env, episodes)
         print(f"misread: {bad / max(moves, 1):.3f} of {moves} moves in {len(episodes)} episodes")

@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gymflow import paths
 from gymflow.envs.colbench import submitted_code
 from gymflow.envs.instructions import load_tasks
 from gymflow.errors import UserError
@@ -34,7 +35,7 @@ def value_in_code(value: object, code: str) -> bool:
 
 
 def copy_rates(
-    rollout_dir: str | Path, data_dir: str | Path = "data", env: str = "colbench"
+    rollout_dir: str | Path, data_dir: str | Path = paths.DATA, env: str = "colbench"
 ) -> dict[str, Any]:
     """Per source of a rule value (stated, told, never told): how many values the submitted functions could
     hold and the fraction they do; over the episodes of `env` in `rollout_dir` that submitted code."""

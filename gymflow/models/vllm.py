@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 import httpx
 
 from gymflow.errors import UserError
+from gymflow.serving import free_port
 
 VENV = Path(__file__).resolve().parents[2] / ".venv-vllm"  # ./install.sh --vllm builds it
 # vLLM on a CPU reserves its KV cache up front (its default, 4 GiB, is most of a small machine's share);
@@ -72,13 +72,6 @@ os._exit(code if code >= 0 else 128 - code)
 
 class VllmError(RuntimeError):
     """The vLLM server died or did not come up; the message ends with the last lines of its log."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the server may still lose it to another process before it binds)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def vllm_command(

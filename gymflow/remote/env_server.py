@@ -111,7 +111,10 @@ class CloseBody(_Body):
 
 
 @dataclass
-class Session:
+class EnvSession:
+    """One live environment of the server and what its requests share (not `gymflow.sandbox.session.Session`,
+    an interpreter kept for an apps episode)."""
+
     env: Env
     observation: str = ""
     truncated: bool = False  # the episode ended at the turn limit, not by the game
@@ -119,17 +122,17 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)  # one request of a session at a time
 
 
-class Sessions:
+class EnvSessions:
     """The live environments by id; ids are never reused, so a late request for a closed one is a 404."""
 
     def __init__(self, make: Callable[[], Env], limits: EnvLimits) -> None:
         self.make, self.limits = make, limits
-        self.live: dict[int, Session] = {}
+        self.live: dict[int, EnvSession] = {}
         self.ids = itertools.count()
         self.guard = threading.Lock()
         self.pending = 0  # sessions being created: they count against the limit
 
-    def open(self) -> tuple[int, Session]:
+    def open(self) -> tuple[int, EnvSession]:
         with self.guard:
             if len(self.live) + self.pending >= self.limits.max_sessions:
                 raise BadRequest(
@@ -138,7 +141,7 @@ class Sessions:
                 )
             self.pending += 1
         try:
-            session = Session(self.make())
+            session = EnvSession(self.make())
         finally:
             with self.guard:
                 self.pending -= 1
@@ -147,7 +150,7 @@ class Sessions:
             self.live[sid] = session
         return sid, session
 
-    def get(self, sid: int) -> Session:
+    def get(self, sid: int) -> EnvSession:
         with self.guard:
             session = self.live.get(sid)
         if session is None:
@@ -206,7 +209,7 @@ def create_app(
     limits = limits or EnvLimits()
     spec = ENVS[env_name].spec
     limit = turn_limit(spec, limits.max_turns)  # as the rollout engine ends an episode, so does the server
-    sessions = Sessions(ENVS[env_name], limits)
+    sessions = EnvSessions(ENVS[env_name], limits)
 
     async def sweep() -> None:
         while True:
@@ -272,7 +275,7 @@ def create_app(
             )
         return tasks[idx]
 
-    def reset(sid: int, session: Session, task: Task) -> dict[str, Any]:
+    def reset(sid: int, session: EnvSession, task: Task) -> dict[str, Any]:
         with session.lock:
             try:
                 session.observation = session.env.reset(task)

@@ -149,7 +149,7 @@ def ray_rollout(
     batches = [list(jobs[i : i + cfg.batch_size]) for i in range(0, len(jobs), cfg.batch_size)]
     if not batches:
         return []
-    connect(where)
+    join_ray(where)
     if isinstance(model, PreTrainedModel):
         shared = ray.put(model.cpu() if model.device.type != "cpu" else model)
         sources: Callable[[int], Any] = lambda i: shared  # noqa: E731
@@ -185,7 +185,7 @@ def ray_rollout(
     return [ep for index in range(len(batches)) for ep in done[index]]
 
 
-def connect(where: Placement) -> None:
+def join_ray(where: Placement) -> None:
     """Join `where.ray_address`, or start a Ray instance on this machine (loopback only) with one CPU a
     worker; a stage joins once and keeps the connection for its later rollouts."""
     import ray

@@ -6,7 +6,7 @@ episode still running, so history is never re-encoded; episodes that end leave t
 padding between turns (`Decoder.keep`). Through a server (`CompletionBackend`, e.g. vLLM
 behind `gymflow.models.openai_client`), a turn sends every running episode's whole id sequence in one
 batched request; the server's own prefix cache is what saves re-encoding there. Either way every assistant
-message keeps the ids and log-probabilities exactly as sampled; `episode_tokens` rebuilds the whole
+message keeps the ids and log-probabilities exactly as sampled; `episode_ids_and_mask` rebuilds the whole
 sequence and its loss mask from them.
 """
 
@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
 from gymflow.agent.react import parse_action
+from gymflow.config import RolloutParams
 from gymflow.envs import make_env
 from gymflow.envs.base import Env, Task, out_of_turns, turn_limit
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
@@ -31,13 +32,30 @@ from gymflow.remote.env_client import EnvUnavailable
 from gymflow.rollout.records import Episode, Message
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingConfig:
+    """How episodes are sampled. A stage builds it with `from_rollout`, from params.yaml's `rollout:` section and
+    its own temperature; tests and benchmarks name the fields they set."""
+
     temperature: float = 1.0  # 0: greedy
     top_p: float = 1.0
     max_new_tokens: int = 96  # per reply; must exceed the longest thought, or replies are cut off
     max_length: int = 4096  # tokens per episode; an episode that would pass it ends ("length_limit")
     batch_size: int = 32  # episodes sharing one cache
+
+    @classmethod
+    def from_rollout(
+        cls, rollout: RolloutParams, *, temperature: float, top_p: float = 1.0
+    ) -> SamplingConfig:
+        """`rollout`'s reply and episode lengths and batch size, at the caller's `temperature` (0: greedy) and
+        `top_p`: the one place a stage's sampling is built."""
+        return cls(
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=rollout.max_new_tokens,
+            max_length=rollout.max_length,
+            batch_size=rollout.batch_size,
+        )
 
 
 @dataclass(frozen=True)
@@ -246,7 +264,7 @@ def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConf
     return None
 
 
-def episode_tokens(messages: Sequence[Message], fmt: ChatFormat) -> tuple[list[int], list[int]]:
+def episode_ids_and_mask(messages: Sequence[Message], fmt: ChatFormat) -> tuple[list[int], list[int]]:
     """An episode's full id sequence and its loss mask (1 on sampled reply ids), as the engine fed it.
 
     The last observation, which no reply follows, is not part of it.

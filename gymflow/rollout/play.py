@@ -3,7 +3,7 @@
 Shared by evaluation and AgentEvol's exploration. An environment's tables carry a hash of what was played
 (settings, the weights, the jobs), so a rerun with the same ones plays nothing again: an interrupted stage
 resumes from the environments it had not finished. Each table also has a second name beside the tracked
-folder (`kept`), because DVC empties a stage's output folder before running it: only a `persist` output
+folder (`shadow`), because DVC empties a stage's output folder before running it: only a `persist` output
 survives, and a stage with one is never restored from DVC's run-cache, so every experiment replayed every
 evaluation and exploration it shared with the last one.
 """
@@ -69,8 +69,8 @@ def play(
     digest = config_hash([settings, policy.weights_hash, jobs])
     if is_current(folder, prefix, digest):
         return table_path(folder, prefix, "episodes")
-    if is_current(kept(folder), prefix, digest):
-        _link(kept(folder), folder, prefix)
+    if is_current(shadow(folder), prefix, digest):
+        _link(shadow(folder), folder, prefix)
     else:
         generator = torch.Generator().manual_seed(seed)
         start = time.perf_counter()
@@ -82,14 +82,14 @@ def play(
         speed = rollout_speed(episodes, time.perf_counter() - start)
         write_text(speed_path(folder, prefix), json.dumps({"config_hash": digest, **speed}) + "\n")
         write_episodes(folder, prefix, episodes, info, {"gymflow.config_hash": digest})
-        _link(folder, kept(folder), prefix)
+        _link(folder, shadow(folder), prefix)
     return table_path(folder, prefix, "episodes")
 
 
-def kept(folder: Path) -> Path:
+def shadow(folder: Path) -> Path:
     """Where the tables `play` wrote to `folder` keep a second name: beside it, not in it, so DVC neither hashes
     nor deletes it. A hard link costs no space; the stage's output stays an ordinary, run-cached one."""
-    return folder.parent / f".{folder.name}.kept"
+    return folder.parent / f".{folder.name}.shadow"
 
 
 def _link(source: Path, target: Path, prefix: str) -> None:
@@ -111,7 +111,7 @@ def drop_others(folder: Path, prefixes: Sequence[str]) -> None:
     """Delete the tables (and speeds) in `folder` of every prefix but `prefixes`. Rollout folders persist, so
     that a rerun plays only what changed; an environment the run no longer plays must not stay behind, where
     AgentEvol would learn from it (another tokenizer's ids, after a change of model) and SQL would count it."""
-    for path in sorted([*folder.glob("*.parquet"), *kept(folder).glob("*.parquet")]):
+    for path in sorted([*folder.glob("*.parquet"), *shadow(folder).glob("*.parquet")]):
         prefix = path.name.removesuffix(".parquet").rsplit(".", 1)[0]
         if prefix not in prefixes:
             path.unlink()

@@ -24,6 +24,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs
 from rich.cells import cell_len
 
+from gymflow import paths
 from gymflow.errors import UserError
 from gymflow.store.io import check_table, damaged, schema_problem, unreadable
 from gymflow.store.schema import TABLES
@@ -31,7 +32,7 @@ from gymflow.store.schema import TABLES
 
 def table_files(data_dir: str | Path, table: str) -> list[Path]:
     """Every `table` file under `data_dir` but those in hidden folders, where a second name of a table waits
-    for a resumed run (`gymflow.rollout.play.kept`) and would count each episode twice."""
+    for a resumed run (`gymflow.rollout.play.shadow`) and would count each episode twice."""
     root = Path(data_dir)
     return sorted(
         p
@@ -73,7 +74,7 @@ def _create_views(db: duckdb.DuckDBPyConnection, data_dir: str | Path) -> None:
         db.execute(f"create view {table} as select * {VIEW_COLUMNS.get(table, '')} from {source}")
 
 
-def connect(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
+def connect(data_dir: str | Path = paths.DATA) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with one view per table (`tasks`, `episodes`, `turns`) over the Parquet files.
 
     A full DuckDB session, for gymflow's own queries and for Python users, who can touch any file anyway.
@@ -83,7 +84,7 @@ def connect(data_dir: str | Path = "data") -> duckdb.DuckDBPyConnection:
     return db
 
 
-def read_only(data_dir: str | Path = "data", memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
+def read_only(data_dir: str | Path = paths.DATA, memory_mb: int = 0) -> duckdb.DuckDBPyConnection:
     """The same views, in a DuckDB that then reads and writes no file itself and loads no extension, and whose
     operators hold at most `memory_mb` MB (0: DuckDB's default, 80% of the machine's); no query can change it.
 

@@ -18,10 +18,10 @@ import pyarrow as pa
 from transformers import PreTrainedTokenizerBase
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.config import EvolSettings, RolloutParams, SFTParams
+from gymflow.config import EvolConfig, RolloutParams, SFTParams
 from gymflow.envs.base import Task
 from gymflow.rollout.distributed import Placement
-from gymflow.rollout.engine import SamplingConfig, episode_tokens
+from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask
 from gymflow.rollout.play import drop_others, load_policy, play
 from gymflow.rollout.records import Message, RunInfo
 from gymflow.store.db import connect
@@ -64,7 +64,7 @@ def explore(
     explorer: str,
     model_dir: Path,
     tasks: dict[str, list[Task]],
-    settings: EvolSettings,
+    settings: EvolConfig,
     rollout_cfg: RolloutParams,
     iteration: int,
     out_dir: Path,
@@ -74,8 +74,7 @@ def explore(
     policy = load_policy(explorer, model_dir, rollout_cfg.server_for(explorer))
     where = Placement.of(rollout_cfg, explorer)
     info = RunInfo("main", "explore", iteration, explorer, policy.weights_hash)
-    cfg = rollout_cfg
-    sampling = SamplingConfig(settings.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    sampling = SamplingConfig.from_rollout(rollout_cfg, temperature=settings.temperature)
     how = [sampling.__dict__, settings.seed]
     drop_others(out_dir, list(tasks))
     for env, env_tasks in tasks.items():
@@ -112,7 +111,7 @@ def kept_episodes(
         messages.setdefault(episode_id, []).append(Message(role, text, token_ids=token_ids or []))
     out = []
     for env, eid, task, sample, reward, turns_taken in kept:
-        ids, mask = episode_tokens(messages[eid], fmt)
+        ids, mask = episode_ids_and_mask(messages[eid], fmt)
         out.append(
             {"env": env, "episode_id": eid, "task_id": task, "sample": sample, "reward": reward}
             | {"turns": turns_taken, "input_ids": ids, "assistant_masks": mask}
@@ -142,7 +141,7 @@ def learning_set(
     return base * int(whole) + random.Random(seed).sample(base, round(fraction * len(base)))
 
 
-def learner(settings: EvolSettings, explorer: str, sft: SFTParams) -> tuple[str, SFTParams]:
+def learner(settings: EvolConfig, explorer: str, sft: SFTParams) -> tuple[str, SFTParams]:
     """Where an iteration's learning starts (the agent under data/models) and how it trains: SFT's settings
     with the iteration's seed and learning rate. AgentEvol's control starts and trains the same way."""
     start = {"init": "init", "sft": "sft", "last": explorer}[settings.learn_from]

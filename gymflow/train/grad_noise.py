@@ -140,7 +140,7 @@ def measure(
     )
     learner = PolicyGradient(model, config)
     learner.model.eval()  # no dropout in the measured gradient, as in the sampler
-    sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    sampling = SamplingConfig.from_rollout(cfg, temperature=rl.temperature)
     generator = torch.Generator().manual_seed(seed)
     envs = list(rl.tasks)
     real = {env: Batches() for env in [*envs, "all"]}

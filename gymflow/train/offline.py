@@ -16,12 +16,6 @@ from gymflow.rollout.records import RunInfo
 from gymflow.store.db import connect
 from gymflow.train.draws import draw_tasks
 
-OFFLINE_DIR = Path("data/rollouts/offline")  # the `offline` stage's tables
-CRITICS_DIR = Path(
-    "data/critics"
-)  # critic <name>: a directory (load_critic) and <name>.critic_scores.parquet
-PAIRS_PATH = Path("data/sweet/pairs.parquet")  # SWEET-RL's per-turn pairs (gymflow.train.sweet.PAIRS_SCHEMA)
-
 # Per task: were its samples' rewards different? Pairs (critic, multi-turn DPO) need two rewards to rank.
 OFFLINE_SQL = """
 with per_task as (
@@ -47,8 +41,7 @@ def collect_offline(
     """Play `offline.tasks` drawn train tasks `offline.samples` times each; the data's numbers."""
     policy = load_policy(agent, model_dir, rollout_cfg.server_for(agent))
     info = RunInfo("main", "offline", 0, agent, policy.weights_hash)
-    cfg = rollout_cfg
-    sampling = SamplingConfig(offline.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    sampling = SamplingConfig.from_rollout(rollout_cfg, temperature=offline.temperature)
     drawn = draw_tasks(tasks, offline.tasks, seed, 0)
     jobs = [(t, i) for t in drawn for i in range(offline.samples)]
     play(

@@ -86,8 +86,7 @@ def train_rl(
 
         model = get_peft_model(model, lora_config(rl.lora_rank))
         sampler = model.get_base_model()  # the adapters are inside it: it samples with them
-    cfg = rollout_cfg
-    sampling = SamplingConfig(rl.temperature, 1.0, cfg.max_new_tokens, cfg.max_length, cfg.batch_size)
+    sampling = SamplingConfig.from_rollout(rollout_cfg, temperature=rl.temperature)
     where = Placement.of(rollout_cfg)  # no policy name: it samples with the weights it trains, never a server
     config = LearnerConfig(
         switches=switches(rl),

@@ -20,7 +20,8 @@ Sampling candidates is the slow part (16 replies per turn), so `build_turn_pairs
 run keeps its finished parts and ends with the table of a run that never stopped.
 
     episodes = critic_episodes("data/rollouts/offline", "data", fmt)
-    build_turn_pairs(policy, fmt, load_critic("data/models/critic"), episodes, CandidateParams(), 96, 64,
+    sampling = SamplingConfig.from_rollout(params.rollout, temperature=CandidateParams().temperature)
+    build_turn_pairs(policy, fmt, load_critic("data/models/critic"), episodes, CandidateParams(), sampling,
                      Path("data/sweet/pairs.parquet"), critic_id)
     pairs = read_turn_pairs(Path("data/sweet/pairs.parquet"))              # -> gymflow.train.dpo.train_dpo
 """
@@ -49,6 +50,7 @@ from gymflow.errors import UserError
 from gymflow.models.files import checkpoint_dir, weights_hash
 from gymflow.models.sampling import sample
 from gymflow.progress import bar as progress_bar
+from gymflow.rollout.engine import SamplingConfig
 from gymflow.rollout.records import config_hash
 from gymflow.store.io import rebuild_hint, write_table
 from gymflow.train.critic import CriticEpisode, CriticItem, preference_pairs
@@ -105,7 +107,7 @@ class Turn:
         return self.episode.message_index[self.reply - 1]
 
 
-def episode_turns_of(episodes: Sequence[CriticEpisode]) -> list[Turn]:
+def replies_in_context(episodes: Sequence[CriticEpisode]) -> list[Turn]:
     """Every reply of every episode, in order, with its context."""
     return [
         Turn(e, reply, e.ids[: e.turns.index(reply)]) for e in episodes for reply in range(1, e.replies + 1)
@@ -175,21 +177,21 @@ def build_turn_pairs(
     critic: Critic,
     episodes: Sequence[CriticEpisode],
     params: CandidateParams,
-    max_new_tokens: int,
-    batch_size: int,
+    sampling: SamplingConfig,
     out_path: Path,
     critic_id: str,
 ) -> dict[str, Any]:
     """Sample, score and pair candidates for the turns of `episodes` and write the pairs table to `out_path`;
-    the run's numbers. `max_new_tokens` and `batch_size` (sequences sampled at once) as the rollout's;
+    the run's numbers. `sampling` is the rollout's (`SamplingConfig.from_rollout`) at the candidates'
+    temperature, `params.temperature`: its `max_new_tokens` per reply and `batch_size` sequences sampled at once.
     `critic_id` names the critic's weights, so parts scored by another critic are never reused."""
-    turns = episode_turns_of(episodes)
+    turns = replies_in_context(episodes)
     if params.turns is not None and params.turns < len(turns):
         keep = sorted(random.Random(params.seed).sample(range(len(turns)), params.turns))
         turns = [turns[i] for i in keep]
     if not turns:
         raise UserError("no turns to sample candidates for: the offline data has no sampled episodes")
-    how = [params.model_dump(), max_new_tokens, weights_hash(policy), critic_id]
+    how = [params.model_dump(), sampling.max_new_tokens, weights_hash(policy), critic_id]
     run_key = config_hash([how, [(t.episode.episode_id, t.reply) for t in turns]])
     parts_dir = checkpoint_dir(out_path, run_key)
     parts_dir.mkdir(parents=True, exist_ok=True)
@@ -202,7 +204,7 @@ def build_turn_pairs(
         table = _read_part(path)
         if table is None:
             generator = torch.Generator().manual_seed(iteration_seed(params.seed, part))
-            rows, took = _pairs_of(policy, fmt, critic, chunk, params, max_new_tokens, batch_size, generator)
+            rows, took = _pairs_of(policy, fmt, critic, chunk, params, sampling, generator)
             meta = {SECONDS_KEY: json.dumps(took).encode()}
             table = pa.Table.from_pylist(rows, schema=PAIRS_SCHEMA.with_metadata(meta))
             write_table(path, table)
@@ -224,23 +226,28 @@ def _pairs_of(
     critic: Critic,
     turns: Sequence[Turn],
     params: CandidateParams,
-    max_new_tokens: int,
-    batch_size: int,
+    sampling: SamplingConfig,
     generator: torch.Generator,
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """The pair rows of `turns`, sampled `batch_size // candidates` turns at a time; the seconds spent
+    """The pair rows of `turns`, sampled `sampling.batch_size // candidates` turns at a time; the seconds spent
     sampling and scoring, and the candidate ids sampled."""
     n = params.candidates
     rows: list[dict[str, Any]] = []
     took = {"sampling": 0.0, "scoring": 0.0, "tokens": 0.0}
-    per_call = max(1, batch_size // n)
+    per_call = max(1, sampling.batch_size // n)
     for first in range(0, len(turns), per_call):
         group = turns[first : first + per_call]
         start = time.perf_counter()
         prompts = [t.context for t in group for _ in range(n)]  # the policy's ids only: never the hidden text
         pad_id = fmt.tokenizer.pad_token_id
         replies = sample(
-            policy, prompts, max_new_tokens, [fmt.eos_id], pad_id, params.temperature, generator=generator
+            policy,
+            prompts,
+            sampling.max_new_tokens,
+            [fmt.eos_id],
+            pad_id,
+            sampling.temperature,
+            generator=generator,
         )
         took["sampling"] += time.perf_counter() - start
         took["tokens"] += sum(len(r.token_ids) for r in replies)

@@ -29,6 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException
 
+from gymflow import paths
 from gymflow.errors import UserError
 from gymflow.serving import listen
 from gymflow.store.db import damaged_file, read_only
@@ -209,7 +210,7 @@ def token_pieces(data: Path, policy: str, stage: str, ids: list[int]) -> list[st
     policy name starts with: `sft+value`, `loop@3`, or of the stage's model); None when no tokenizer is there."""
     base = policy.split("+")[0].split("@")[0]
     for name in dict.fromkeys((policy, base, stage)):
-        folder = data / "models" / name
+        folder = paths.under(data, paths.MODELS) / name
         if name and "/" not in name and name not in (".", "..") and (tok := _tokenizer(str(folder))):
             return [tok.decode([i], skip_special_tokens=False) for i in ids]
     return None
@@ -239,7 +240,7 @@ def read_plot(path: Path) -> dict[str, Any] | None:
     }
 
 
-def create_app(data_dir: str | Path = "data") -> FastAPI:
+def create_app(data_dir: str | Path = paths.DATA) -> FastAPI:
     data = Path(data_dir)
     # taken before opening: a file written in between makes the next request reopen
     state = tables_state(data)
@@ -504,7 +505,11 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
             "select env, policy, avg(success) as success, count(*) as n from episodes "
             "where stage = 'evaluate' and sample = 0 group by all order by env, policy"
         )
-        plots = [p for name in PLOTS if (f := data / "plots" / name).is_file() and (p := read_plot(f))]
+        plots = [
+            p
+            for name in PLOTS
+            if (f := paths.under(data, paths.PLOTS) / name).is_file() and (p := read_plot(f))
+        ]
         return page(
             request,
             "charts.html",
@@ -520,7 +525,7 @@ def create_app(data_dir: str | Path = "data") -> FastAPI:
     return app
 
 
-def serve(data_dir: str | Path = "data", host: str = "127.0.0.1", port: int = 8300) -> None:
+def serve(data_dir: str | Path = paths.DATA, host: str = "127.0.0.1", port: int = 8300) -> None:
     """Serve the viewer until interrupted."""
     if not Path(data_dir).is_dir():
         raise UserError(

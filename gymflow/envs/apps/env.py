@@ -29,9 +29,10 @@ from typing import Any
 
 from pydantic import Field
 
+from gymflow.envs.apps.api import ApiError, World
 from gymflow.envs.apps.checks import Check, run_checks
-from gymflow.envs.apps.scenarios import LEVELS, draw_tasks
-from gymflow.envs.apps.world import ApiError, World, build_world
+from gymflow.envs.apps.scenarios import LEVELS, scenario_tasks
+from gymflow.envs.apps.world import build_world
 from gymflow.envs.base import CODE_FENCE, Env, EnvSpec, Hidden, Step, Task
 from gymflow.sandbox import Limits
 from gymflow.sandbox.session import CallRefused, Session
@@ -120,7 +121,7 @@ class Apps(Env):
 
     @classmethod
     def generate(cls, split: str, seed: int) -> Iterator[Task]:
-        for task_id, level, task_seed, instruction, hidden in draw_tasks(split, seed):
+        for task_id, level, task_seed, instruction, hidden in scenario_tasks(split, seed):
             yield Task(
                 env=cls.spec.name,
                 task_id=task_id,

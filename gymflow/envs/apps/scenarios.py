@@ -1,6 +1,6 @@
 """Task templates (AppWorld's scenarios) and the seeded stream of tasks drawn from them.
 
-    for task_id, level, task_seed, instruction, hidden in draw_tasks("train", seed=0): ...
+    for task_id, level, task_seed, instruction, hidden in scenario_tasks("train", seed=0): ...
 
 A scenario is one instance of a template (template + scenario seed); its three variants, each with its own
 world seed and parameters, come out one after another as "<template>-<scenario seed>_<v>", v = 1, 2, 3 (SGC
@@ -700,7 +700,7 @@ def make_task(template: str, scenario: int, variant: int) -> tuple[str, str, int
     return f"{scenario_id}_{variant}", level, world_seed, made["instruction"], hidden
 
 
-def draw_tasks(split: str, seed: int) -> Iterator[tuple[str, str, int, str, dict]]:
+def scenario_tasks(split: str, seed: int) -> Iterator[tuple[str, str, int, str, dict]]:
     """Endless seeded stream of (task_id, difficulty, task_seed, instruction, hidden): scenarios of random
     templates, each as its VARIANTS variants in a row. Scenario seeds are even for "train", odd for "eval"."""
     if split not in SPLITS:

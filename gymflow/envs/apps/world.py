@@ -1,8 +1,7 @@
-"""The world's state, generated from a seed, and `World`, the one door API calls go through.
+"""The world's state, generated from a seed: plain JSON data that the apps' APIs (`api.py`, where `World`, the
+one door API calls go through, lives) read and change.
 
     state = build_world(seed)     # plain JSON data; the same seed gives an equal dict in any process
-    world = World(state)          # keeps its own copy; world.state changes as APIs are called
-    world.call("phone", "login", [], {"username": "3383946795", "password": "..."})  # -> {"access_token": ...}
 
 The state holds one user (the supervisor) and 16 other people, 14 of them the user's phone contacts:
 
@@ -20,29 +19,16 @@ The state holds one user (the supervisor) and 16 other people, 14 of them the us
 Every world has what each task template may need (roommates, siblings, coworkers; texts saying what the user
 owes; today's feed transactions; pending payment requests both ways; bills), so a template picks its people
 and values from the world; `scenarios` draws another world seed in the rare case one does not fit.
-
-`World.call` takes (app, api, args, kwargs) as JSON data from the agent's interpreter, so it treats them as
-hostile: it binds and type-checks them against the API's documented parameters (`api.APPS`) and answers
-anything wrong, and any failure inside an API, with ApiError, never another exception.
 """
 
 from __future__ import annotations
 
-import copy
-import math
 from datetime import datetime, timedelta
 from typing import Any
 
 from gymflow.envs.base import task_rng
 
 NOW = "2023-05-18T21:26:01"  # the world's fixed "today" (AppWorld's date in LOOP's transcripts)
-MAX_CALLS = 2_000  # API calls per task; later ones fail (a careful gold program makes about 10-20)
-MAX_STRING = 2_000  # longest text argument (a message, a note's or a file's content, an answer)
-SHORT_STRING = 200  # longest other string argument (names, titles, paths, queries), so results stay small
-MAX_LIST = 20  # longest list argument (a note's tags), each item at most TAG_CHARS
-TAG_CHARS = 100
-MAX_NUMBER = 1e9  # larger numbers (or NaN, infinity) are bad arguments
-ECHO = 40  # how much of an unknown name an error quotes
 
 APPS_WITH_LOGIN = ("phone", "venmo", "simple_note", "file_system")
 RELATIONSHIPS = ("roommate", "sibling", "parent", "partner", "coworker", "friend")
@@ -106,29 +92,6 @@ BILLS = ("electricity", "internet", "water")
 BILL_MONTHS = ("2023-02", "2023-03", "2023-04")
 MONTH_NAMES = {"2023-02": "February 2023", "2023-03": "March 2023", "2023-04": "April 2023"}
 PASSWORD_CHARS = "abcdefghijkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789+#!"
-
-
-BAD_ARGS = "422 bad arguments"  # every API may raise these two, so every API's docs list them
-LIMIT = f"429 more than {MAX_CALLS} API calls in this task"
-
-
-class ApiError(Exception):
-    """What an API raises for a documented error or a misuse; str(e) is the one-line message the agent sees,
-    '<code> <app>.<api>: <documented error>[; detail]'. `error` is the documented error, e.g.
-    '401 access token missing, invalid or expired' ("" for an unknown app or API)."""
-
-    def __init__(self, message: str, error: str = "") -> None:
-        super().__init__(message)
-        self.error = error
-
-
-class Fail(Exception):
-    """What an API function raises: one of its documented errors (`error`, "<code> <text>") and a detail;
-    `World.call` turns it into the ApiError the agent sees."""
-
-    def __init__(self, error: str, detail: str = "") -> None:
-        super().__init__(error)
-        self.error, self.detail = error, detail
 
 
 # ---- the world's content -------------------------------------------------------------------------------
@@ -359,128 +322,3 @@ def build_world(seed: int) -> dict[str, Any]:
         "simple_note": {"notes": notes},
         "file_system": {"files": _files(rng)},
     }
-
-
-# ---- the door ------------------------------------------------------------------------------------------
-class World:
-    """One task's world: its state, the answer given and whether the task was marked complete."""
-
-    def __init__(self, state: dict[str, Any]) -> None:
-        self.state: dict[str, Any] = copy.deepcopy(state)
-        self.answer: Any = None
-        self.completed = False
-        self.calls = 0
-
-    def call(self, app: str, api: str, args: list, kwargs: dict) -> Any:
-        """Run one API call and return its result as a fresh copy of plain data. Raises ApiError and nothing
-        else, whatever the input; positional args bind to the documented parameters in order, like Python."""
-        from gymflow.envs.apps.api import APPS  # here, as api.py imports this module
-
-        self.calls += 1
-        where = f"{_name(app)}.{_name(api)}"
-        if not isinstance(app, str) or app not in APPS:
-            raise ApiError(
-                f"404 No app named {_name(app)!r}; apis.api_docs.show_app_descriptions() lists them."
-            )
-        spec = APPS[app].apis.get(api) if isinstance(api, str) else None
-        if spec is None:
-            raise ApiError(
-                f"404 No API named {_name(api)!r} found in the {app} app; "
-                f"apis.api_docs.show_api_descriptions(app_name={app!r}) lists them."
-            )
-        try:
-            if self.calls > MAX_CALLS:
-                raise Fail(LIMIT, f"at most {MAX_CALLS}")
-            bound = _bind(spec.params, args, kwargs)
-            result = spec.fn(self, **bound)
-        except Fail as fail:
-            if fail.error == BAD_ARGS:
-                fail.detail += f"; see apis.api_docs.show_api_doc(app_name={app!r}, api_name={api!r})"
-            code, text = fail.error.split(" ", 1)
-            detail = f"; {fail.detail}" if fail.detail else ""
-            raise ApiError(f"{code} {where}: {text}{detail}", fail.error) from None
-        except Exception as e:  # a bug here must not reach the agent as anything but an API error
-            raise ApiError(f"500 {where}: internal error ({type(e).__name__})") from None
-        return copy.deepcopy(result)
-
-
-def _name(value: Any) -> str:
-    """An app or API name as an error quotes it: printable, at most ECHO characters."""
-    if not isinstance(value, str):
-        return f"<{type(value).__name__}>"
-    text = "".join(ch if ch.isprintable() else "?" for ch in value[: ECHO + 1])
-    return text if len(text) <= ECHO else text[:ECHO] + "..."
-
-
-def _bind(params: tuple, args: Any, kwargs: Any) -> dict[str, Any]:
-    """Python's argument binding over the documented parameters, then their types; Fail(BAD_ARGS) if wrong."""
-    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
-        raise Fail(BAD_ARGS, "arguments must be a list and a dict")
-    if len(args) > len(params):
-        raise Fail(BAD_ARGS, f"takes at most {len(params)} positional arguments, {len(args)} given")
-    names = [p.name for p in params]
-    bound = dict(zip(names, args, strict=False))
-    for key, value in kwargs.items():
-        if not isinstance(key, str) or key not in names:
-            raise Fail(BAD_ARGS, f"unexpected argument {_name(key)!r}")
-        if key in bound:
-            raise Fail(BAD_ARGS, f"got multiple values for argument {key!r}")
-        bound[key] = value
-    for p in params:
-        if p.name not in bound:
-            if p.required:
-                raise Fail(BAD_ARGS, f"missing required argument {p.name!r}")
-            bound[p.name] = copy.deepcopy(p.default)
-        elif not (bound[p.name] is None and p.default is None and not p.required) and not _typed(
-            p.type, bound[p.name], p.max_chars
-        ):
-            words = (
-                f"a string of at most {p.max_chars} characters" if p.type == "string" else _TYPE_WORDS[p.type]
-            )
-            raise Fail(BAD_ARGS, f"{p.name} must be {words}, not {_kind(bound[p.name])}")
-    return bound
-
-
-_TYPE_WORDS = {
-    "integer": "an integer",
-    "number": "a finite number",
-    "boolean": "True or False",
-    "list[string]": f"a list of at most {MAX_LIST} short strings",
-    "any": "a string, number, boolean or None",
-}
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, str):
-        return f"a string of {len(value)} characters"
-    return type(value).__name__
-
-
-def _number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return abs(value) <= MAX_NUMBER and (
-        isinstance(value, int) or math.isfinite(value)
-    )  # 10**400: no float()
-
-
-def _typed(kind: str, value: Any, max_chars: int = MAX_STRING) -> bool:
-    if kind == "string":
-        return isinstance(value, str) and len(value) <= max_chars
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_NUMBER
-    if kind == "number":
-        return _number(value)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "list[string]":
-        return (
-            isinstance(value, list)
-            and len(value) <= MAX_LIST
-            and all(isinstance(v, str) and len(v) <= TAG_CHARS for v in value)
-        )
-    if kind == "any":
-        return (
-            value is None or isinstance(value, bool) or _number(value) or _typed("string", value, MAX_STRING)
-        )
-    return False
