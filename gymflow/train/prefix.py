@@ -10,6 +10,7 @@ gives, up to float rounding.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -161,9 +162,12 @@ def _shared(
     heads = members.new_zeros(int(which.max()) + 1).scatter_(0, which, members)  # any row of each: same ids
     head_len = prefix[heads]
     head_mask = (torch.arange(int(head_len.max()), device=device) < head_len[:, None]).long()
-    cache = DynamicCache(config=decoder.config)
+    cache, cache_kwarg = DynamicCache(config=decoder.config), _cache_kwarg(decoder)
     head_states = decoder(
-        input_ids=ids[heads, : head_mask.shape[1]], attention_mask=head_mask, cache=cache, use_cache=True
+        input_ids=ids[heads, : head_mask.shape[1]],
+        attention_mask=head_mask,
+        use_cache=True,
+        **{cache_kwarg: cache},
     ).last_hidden_state
     copies = DynamicCache(
         ddp_cache_data=[(layer.keys[which], layer.values[which]) for layer in cache.layers],
@@ -177,8 +181,8 @@ def _shared(
         input_ids=ids[members].gather(1, offsets.clamp(max=ids.shape[1] - 1)),
         attention_mask=torch.cat([head_mask[which], tail_mask], 1),
         position_ids=offsets,
-        cache=copies,
         use_cache=True,
+        **{cache_kwarg: copies},
     ).last_hidden_state
     local = torch.zeros(len(ids), dtype=torch.long, device=device)
     local[members] = torch.arange(len(members), device=device)
@@ -187,3 +191,15 @@ def _shared(
     from_head = head_states[which[local[row]], seen.clamp(max=head_mask.shape[1] - 1)]
     from_tail = tail_states[local[row], (seen - at).clamp(min=0)]
     return torch.where(in_head, from_head, from_tail)
+
+
+def _cache_kwarg(decoder: nn.Module) -> str:
+    """The decoder's name for a KV cache: `cache` from transformers 5.2x, `past_key_values` before (an unknown
+    keyword would be swallowed by its **kwargs, and the suffixes would run without their prefix)."""
+    names = inspect.signature(decoder.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in names:
+            return name
+    raise TypeError(
+        f"{type(decoder).__name__}.forward takes no KV cache (neither `cache` nor `past_key_values`)"
+    )
