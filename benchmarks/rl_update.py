@@ -6,7 +6,9 @@ token sequences: `--prompts` x `--samples` completions of random ids, every prom
 completion `--completion-len` ids, random 0/1 rewards (each group mixed, so LOOP's |A| filter keeps all) and the
 same leave-one-out advantages. An update is what happens once an iteration's rollouts exist, generation left out:
 - ours: `PolicyGradient.prepare` (a no-grad pass for the old log-probs, advantages) then `step` (2 epochs of 4
-  clipped mini-batch steps);
+  clipped mini-batch steps). Its passes run the prompt a group's rows share once (`gymflow.train.prefix`): in
+  `prepare` a pass holds whole groups, in `step` a mini-batch (random episodes) shares a prompt among the samples
+  of a group it happens to hold; "whole rows" is the same update with every row run over its whole sequence;
 - TRL: the old log-probs as `_generate_and_score_completions` computes them (`_get_per_token_logps_and_entropies`,
   no grad, in passes of `per_device_train_batch_size`), then the batch shuffled and split as `_prepare_inputs`
   does and `num_iterations` passes over its `steps_per_generation` slices, each slice what `Trainer` does in one
@@ -52,6 +54,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 from gymflow.config import ModelConfig
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import SPECIAL_TOKENS, train_tokenizer
+from gymflow.train import prefix
 from gymflow.train.advantages import leave_one_out
 from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.presets import PRESETS, PGSwitches
@@ -59,6 +62,7 @@ from gymflow.train.presets import PRESETS, PGSwitches
 # name -> what the row is; the timed region of each is in the module docstring
 CONFIGS = {
     "loop": "LOOP, max_tokens",  # one forward pass per mini-batch (and TRL's scoring passes)
+    "loop_whole": "LOOP whole rows, max_tokens",  # the same, every row over its whole sequence
     "loop_default": "LOOP, max_tokens 16384",  # rl.max_tokens' default
     "ppo": "ppo preset",  # value head, frozen reference
     "trl": "TRL GRPOTrainer",
@@ -110,6 +114,8 @@ def ours(args, model, tokenizer, prompts, completions, rewards, groups, out):
     per_minibatch = -(-len(completions) // switches.minibatches)
     seq = args.prompt_len + args.completion_len
     max_tokens = DEFAULT_MAX_TOKENS if name == "loop_default" else per_minibatch * seq
+    if name == "loop_whole":
+        prefix.MIN_SHARED = sys.maxsize  # no group shares that many ids: every row runs whole
     episodes = [
         TokenEpisode(
             ids=prompts[g].tolist() + c.tolist(),
@@ -346,7 +352,7 @@ def main() -> None:
         median = statistics.median(seconds)
         speed[name] = info[name]["tokens"] / median
         delta[name] = memory[name]["peak_mb"] - memory[name]["base_mb"]
-        label = CONFIGS[name] + (f" {info[name]['max_tokens']}" if name == "loop" else "")
+        label = CONFIGS[name] + (f" {info[name]['max_tokens']}" if name in ("loop", "loop_whole") else "")
         table.add_row(
             label,
             f"{median:.2f}",
@@ -375,6 +381,10 @@ def main() -> None:
     learner = statistics.median(r["learner"] for r in runs["loop"])
     print(f"LOOP learner's own train_tokens_per_s (step only, context ids included): {learner:.0f}")
     print(f"LOOP / TRL GRPOTrainer tokens/s: {speed['loop'] / speed['trl']:.2f}x")
+    print(
+        f"LOOP / LOOP whole rows tokens/s: {speed['loop'] / speed['loop_whole']:.2f}x, "
+        f"peak memory {delta['loop'] / delta['loop_whole']:.2f}x"
+    )
     print(
         f"LOOP (max_tokens {DEFAULT_MAX_TOKENS}) / TRL tokens/s: {speed['loop_default'] / speed['trl']:.2f}x"
     )
