@@ -82,7 +82,8 @@ class LearnerConfig:
     temperature: float = 1.0
     """the sampler's: log-probabilities are recomputed at the temperature the tokens were drawn with"""
     max_tokens: int = 16384
-    """padded ids per forward pass: caps the activations' memory, not the gradient (passes accumulate)"""
+    """padded ids per forward pass, a prefix a group's rows share counted once (`prefix.prefix_chunks`): caps the
+    activations' memory, not the gradient (passes accumulate)"""
     pad_id: int = 0
     """the tokenizer's padding id, to fill rows of unequal length"""
     seed: int = 0

@@ -112,17 +112,14 @@ def reply_states(
     ids, mask, reply = ids.to(device), mask.to(device), reply.to(device)
     prefix = torch.tensor(shared_prefixes(rows), device=device)
     row, pos = reply.nonzero(as_tuple=True)
-    shared = (prefix > 0)[row]
+    in_shared = (prefix > 0)[row]  # the reply ids of rows that share a prefix
     parts = []
-    if not shared.all():
-        lone = (prefix == 0).nonzero().squeeze(-1)
-        parts.append(
-            (row[~shared], pos[~shared], _whole(decoder, ids, mask, lone, row[~shared], pos[~shared]))
-        )
-    if shared.any():
-        groups = torch.tensor([r.group for r in rows], device=device)
-        before = _shared(decoder, ids, mask, prefix, groups, row[shared], pos[shared])
-        parts.append((row[shared], pos[shared], before))
+    if not in_shared.all():
+        lone, at = (prefix == 0).nonzero().squeeze(-1), ~in_shared
+        parts.append((row[at], pos[at], _whole(decoder, ids, mask, lone, row[at], pos[at])))
+    if in_shared.any():
+        groups, at = torch.tensor([r.group for r in rows], device=device), in_shared
+        parts.append((row[at], pos[at], _shared(decoder, ids, mask, prefix, groups, row[at], pos[at])))
     rows_, positions, states = (torch.cat(x) for x in zip(*parts, strict=True))
     return ids, mask, (rows_, positions), states
 
