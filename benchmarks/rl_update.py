@@ -26,9 +26,9 @@ minus the RSS at that point.
         [--repeats 5] [--threads 1] [--hidden-size 128] [--layers 2]
 
 At the default's 0.8M parameters the weights are a rounding error next to the activations, so LOOP against
-`ppo` (a second model copy, a value head) only shows its memory gap on a larger decoder: docs/results/speed.md's row uses
-`--hidden-size 384 --layers 6 --prompts 4 --samples 4 --prompt-len 128 --completion-len 32 --repeats 2`
-(15M parameters; intermediate size is 4x hidden).
+`ppo` (a second model copy, a value head) only shows its memory gap on a larger decoder: docs/results/speed.md's
+15M rows (intermediate size 4x hidden) use `--hidden-size 384 --layers 6 --repeats 2`, and the same with
+`--prompts 4 --samples 4 --prompt-len 128 --completion-len 32 --repeats 3`.
 """
 
 from __future__ import annotations
