@@ -6,7 +6,9 @@ token sequences: `--prompts` x `--samples` completions of random ids, every prom
 completion `--completion-len` ids, random 0/1 rewards (each group mixed, so LOOP's |A| filter keeps all) and the
 same leave-one-out advantages. An update is what happens once an iteration's rollouts exist, generation left out:
 - ours: `PolicyGradient.prepare` (a no-grad pass for the old log-probs, advantages) then `step` (2 epochs of 4
-  clipped mini-batch steps);
+  clipped mini-batch steps). Its passes run the prompt a group's rows share once (`gymflow.train.prefix`): in
+  `prepare` a pass holds whole groups, in `step` a mini-batch (random episodes) shares a prompt among the samples
+  of a group it happens to hold; "whole rows" is the same update with every row run over its whole sequence;
 - TRL: the old log-probs as `_generate_and_score_completions` computes them (`_get_per_token_logps_and_entropies`,
   no grad, in passes of `per_device_train_batch_size`), then the batch shuffled and split as `_prepare_inputs`
   does and `num_iterations` passes over its `steps_per_generation` slices, each slice what `Trainer` does in one
@@ -16,16 +18,17 @@ same leave-one-out advantages. An update is what happens once an iteration's rol
 Tokens per second counts every id of the batch once per epoch, the same for both. Each configuration lives in a
 fresh process of its own, on `--threads` torch threads (1 by default); the processes take turns: a warm-up round,
 then `--repeats` rounds of one update each (the median is reported), so a load that comes and goes falls on every
-row alike. Peak memory is a process's peak RSS from just before the learner or trainer is built to its end,
+row alike. Besides wall time, each update's CPU time (`time.process_time`; on one thread, the update's own work)
+gives a second ratio, the steadier on a machine other jobs share: wall time includes waiting for them. Peak memory is a process's peak RSS from just before the learner or trainer is built to its end,
 minus the RSS at that point.
 
     python benchmarks/rl_update.py [--prompts 8] [--samples 8] [--prompt-len 256] [--completion-len 64]
         [--repeats 5] [--threads 1] [--hidden-size 128] [--layers 2]
 
 At the default's 0.8M parameters the weights are a rounding error next to the activations, so LOOP against
-`ppo` (a second model copy, a value head) only shows its memory gap on a larger decoder: docs/results/speed.md's row uses
-`--hidden-size 384 --layers 6 --prompts 4 --samples 4 --prompt-len 128 --completion-len 32 --repeats 2`
-(15M parameters; intermediate size is 4x hidden).
+`ppo` (a second model copy, a value head) only shows its memory gap on a larger decoder: docs/results/speed.md's
+15M rows (intermediate size 4x hidden) use `--hidden-size 384 --layers 6 --repeats 2`, and the same with
+`--prompts 4 --samples 4 --prompt-len 128 --completion-len 32 --repeats 3`.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 from gymflow.config import ModelConfig
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import SPECIAL_TOKENS, train_tokenizer
+from gymflow.train import prefix
 from gymflow.train.advantages import leave_one_out
 from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.presets import PRESETS, PGSwitches
@@ -59,6 +63,7 @@ from gymflow.train.presets import PRESETS, PGSwitches
 # name -> what the row is; the timed region of each is in the module docstring
 CONFIGS = {
     "loop": "LOOP, max_tokens",  # one forward pass per mini-batch (and TRL's scoring passes)
+    "loop_whole": "LOOP whole rows, max_tokens",  # the same, every row over its whole sequence
     "loop_default": "LOOP, max_tokens 16384",  # rl.max_tokens' default
     "ppo": "ppo preset",  # value head, frozen reference
     "trl": "TRL GRPOTrainer",
@@ -110,6 +115,8 @@ def ours(args, model, tokenizer, prompts, completions, rewards, groups, out):
     per_minibatch = -(-len(completions) // switches.minibatches)
     seq = args.prompt_len + args.completion_len
     max_tokens = DEFAULT_MAX_TOKENS if name == "loop_default" else per_minibatch * seq
+    if name == "loop_whole":
+        prefix.MIN_SHARED = sys.maxsize  # no group shares that many ids: every row runs whole
     episodes = [
         TokenEpisode(
             ids=prompts[g].tolist() + c.tolist(),
@@ -253,11 +260,16 @@ def worker(args: argparse.Namespace) -> None:
         for line in sys.stdin:
             if line.strip() == "done":
                 break
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             stats = update()
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
             _reply(
-                {"seconds": seconds, "steps": int(stats["steps"]), "learner": stats.get("train_tokens_per_s")}
+                {
+                    "seconds": seconds,
+                    "cpu": cpu,
+                    "steps": int(stats["steps"]),
+                    "learner": stats.get("train_tokens_per_s"),
+                }
             )
     _reply({"base_mb": base / 1024, "peak_mb": rss_kb("VmHWM") / 1024})
 
@@ -338,25 +350,41 @@ def main() -> None:
         f"{n} sequences of {args.prompt_len}+{args.completion_len} ids, "
         f"{runs['loop'][0]['steps']} optimizer steps, {first['threads']} threads"
     )
-    for col in ["config", "s/update", "min-max s", "tokens/s", "peak RSS MB", "peak-start MB", "built MB"]:
+    columns = [
+        "config",
+        "s/update",
+        "min-max s",
+        "CPU s",
+        "tokens/s",
+        "peak RSS MB",
+        "peak-start MB",
+        "built MB",
+    ]
+    for col in columns:
         table.add_column(col, justify="left" if col == "config" else "right")
-    speed, delta = {}, {}
+    speed, cpu, delta = {}, {}, {}
     for name, rows in runs.items():
         seconds = [r["seconds"] for r in rows]
-        median = statistics.median(seconds)
+        median, cpu_median = statistics.median(seconds), statistics.median(r["cpu"] for r in rows)
         speed[name] = info[name]["tokens"] / median
+        cpu[name] = info[name]["tokens"] / cpu_median
         delta[name] = memory[name]["peak_mb"] - memory[name]["base_mb"]
-        label = CONFIGS[name] + (f" {info[name]['max_tokens']}" if name == "loop" else "")
+        label = CONFIGS[name] + (f" {info[name]['max_tokens']}" if name in ("loop", "loop_whole") else "")
         table.add_row(
             label,
             f"{median:.2f}",
             f"{min(seconds):.1f}-{max(seconds):.1f}",
+            f"{cpu_median:.2f}",
             f"{speed[name]:.0f}",
             f"{memory[name]['peak_mb']:.0f}",
             f"{delta[name]:.0f}",
             f"{info[name]['built_mb']:.0f}",
         )
-    Console(width=110).print(table)
+    Console(width=120).print(table)
+
+    def faster(a: str, b: str) -> str:
+        return f"{speed[a] / speed[b]:.2f}x (CPU time: {cpu[a] / cpu[b]:.2f}x)"
+
     print(
         f"tokens/s: {n} sequences x {seq} ids x {first['tokens'] // (n * seq)} epochs / seconds of one update"
     )
@@ -370,17 +398,21 @@ def main() -> None:
     print(
         "peak-start: peak RSS minus RSS before the learner or trainer is built; built: RSS right after building"
     )
+    print("CPU s: the process's CPU seconds per update (median), what the ratios' CPU time divides")
     optimizers = sorted({f"{name}: {i['optimizer']}" for name, i in info.items()})
     print(f"optimizers: {', '.join(optimizers)}; median of {args.repeats} interleaved rounds after a warm-up")
     learner = statistics.median(r["learner"] for r in runs["loop"])
     print(f"LOOP learner's own train_tokens_per_s (step only, context ids included): {learner:.0f}")
-    print(f"LOOP / TRL GRPOTrainer tokens/s: {speed['loop'] / speed['trl']:.2f}x")
+    print(f"LOOP / TRL GRPOTrainer tokens/s: {faster('loop', 'trl')}")
     print(
-        f"LOOP (max_tokens {DEFAULT_MAX_TOKENS}) / TRL tokens/s: {speed['loop_default'] / speed['trl']:.2f}x"
+        f"LOOP / LOOP whole rows tokens/s: {faster('loop', 'loop_whole')}, "
+        f"peak memory {delta['loop'] / delta['loop_whole']:.2f}x"
     )
+    print(f"LOOP whole rows / TRL tokens/s: {faster('loop_whole', 'trl')}")
+    print(f"LOOP (max_tokens {DEFAULT_MAX_TOKENS}) / TRL tokens/s: {faster('loop_default', 'trl')}")
     print(f"peak memory LOOP / TRL: {delta['loop'] / delta['trl']:.2f}x (peak - start)")
     print(f"peak memory LOOP / ppo preset: {delta['loop'] / delta['ppo']:.2f}x (peak - start)")
-    print(f"LOOP / TRL with checkpointing (TRL's default) tokens/s: {speed['loop'] / speed['trl_ckpt']:.2f}x")
+    print(f"LOOP / TRL with checkpointing (TRL's default) tokens/s: {faster('loop', 'trl_ckpt')}")
     print(f"peak memory LOOP / TRL with checkpointing: {delta['loop'] / delta['trl_ckpt']:.2f}x")
 
 

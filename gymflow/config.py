@@ -361,7 +361,9 @@ class RLParams(Section):
     )
     lora_rank: int = Field(0, ge=0, le=MAX_WIDTH, description="0: full fine-tuning; > 0: LoRA of that rank")
     max_tokens: PositiveInt = Field(
-        16384, le=MAX_TOKENS, description="tokens per forward pass (a mini-batch is split)"
+        16384,
+        le=MAX_TOKENS,
+        description="tokens per forward pass (a mini-batch is split; a prompt its group shares counts once)",
     )
     seed: int = 0
 

@@ -28,8 +28,8 @@ from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
 from gymflow.store.db import connect
-from gymflow.train.batching import length_chunks
 from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
+from gymflow.train.prefix import prefix_chunks
 from gymflow.train.presets import PRESETS, PGSwitches
 from gymflow.train.rl import train_rl
 from gymflow.train.sft import conversations, mixture, process_share, train_sft
@@ -282,7 +282,8 @@ def test_each_process_passes_sum_to_the_one_process_gradient(root):
     learner = PolicyGradient(AutoModelForCausalLM.from_pretrained(root / "start"), config)
     batch = learner.prepare([TokenEpisode(*shape) for shape in SHAPES])
     units, part = learner.units(batch), [0, 1, 2, 3, 4]
-    assert length_chunks(part, lambda i: len(SHAPES[i][0]), MAX_TOKENS) == [[1, 2], [3], [4], [0]]
+    # nothing shared (under 16 ids): the passes length_chunks cuts
+    assert prefix_chunks(part, batch.episodes, MAX_TOKENS) == [[1, 2], [3], [4], [0]]
 
     def gradient(rank: int, processes: int) -> torch.Tensor:
         learner.rank, learner.processes = rank, processes

@@ -15,6 +15,7 @@ from gymflow.models.tokenizer import train_tokenizer
 from gymflow.train.advantages import EPISODE_ADVANTAGES, gae, group_normalized, leave_one_out, reinforce_pp
 from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode
 from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
+from gymflow.train.prefix import shared_prefixes
 from gymflow.train.presets import PRESETS, PGSwitches, switches
 
 # ---- advantages --------------------------------------------------------------------------------------
@@ -374,3 +375,71 @@ def test_scalinginter_schedule_holds_each_limit_for_its_iterations():
     assert RLParams(tasks={"maze": 4}).turn_limit(5) is None
     with pytest.raises(ValueError, match="needs its `iterations`"):
         RLParams(tasks={"maze": 4}, horizon=[{"turns": 3}, {"turns": 6}])
+
+
+def test_loop_gradient_is_trls_grpo_gradient_with_shared_prompts(tokenizer, tmp_path):
+    """LOOP's clipped token-level objective (Eq. 10: each episode's token mean) is TRL GRPOTrainer's loss_type
+    "grpo" with beta 0: on the same batch, old log-probabilities and weights, the gradients are equal. Two
+    prompts of 20 ids shared by three samples each (their prefix runs once), replies of 2 to 6 ids; the weights
+    move after the old log-probabilities so the ratios differ from 1 and some are clipped."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    generator = torch.Generator().manual_seed(0)
+    vocab = len(tokenizer)
+    prompts = torch.randint(5, vocab, (2, 20), generator=generator)
+    lengths = [3, 6, 2, 4, 5, 2]
+    completions = [torch.randint(5, vocab, (n,), generator=generator).tolist() for n in lengths]
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    episodes = [
+        TokenEpisode(prompts[i // 3].tolist() + c, [0] * 20 + [1] * len(c), r, i // 3)
+        for i, (c, r) in enumerate(zip(completions, rewards, strict=True))
+    ]
+    assert min(shared_prefixes(episodes)) >= 20
+    model = _model(tokenizer)
+    switches = PGSwitches.model_validate({**PRESETS["loop"], "min_abs_advantage": 0, "max_grad_norm": None})
+    learner = PolicyGradient(model, LearnerConfig(switches=switches, lr=0.0, pad_id=tokenizer.pad_token_id))
+    batch = learner.prepare(episodes)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    sums = learner.backward(batch, list(range(6)), learner.units(batch))
+    ours = _gradient(model)
+
+    model.zero_grad()
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=6,
+        num_generations=3,
+        beta=0.0,
+        loss_type="grpo",
+        epsilon=switches.clip,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        max_completion_length=6,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_list([{"prompt": "unused"}] * 2),
+        processing_class=tokenizer,
+    )
+    trainer.current_gradient_accumulation_steps = 1
+    completion_mask = torch.tensor([[1] * n + [0] * (6 - n) for n in lengths])
+    completion_ids = torch.tensor([c + [tokenizer.pad_token_id] * (6 - len(c)) for c in completions])
+    old = torch.stack([torch.cat([lp[20:], torch.zeros(26 - len(lp))]) for lp in batch.old_logp])
+    inputs = {
+        "prompt_ids": prompts.repeat_interleave(3, 0),
+        "prompt_mask": torch.ones(6, 20, dtype=torch.long),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": leave_one_out(torch.tensor(rewards), torch.tensor([0, 0, 0, 1, 1, 1])).float(),
+        "old_per_token_logps": old,
+        "num_items_in_batch": completion_mask.sum(),
+    }
+    trainer.compute_loss(trainer.model, inputs).backward()
+    theirs = _gradient(model)
+    assert 0 < sums["clipped"] < sums["units"]
+    assert ours.abs().max() > 1e-3 and torch.allclose(ours, theirs, atol=1e-6, rtol=1e-4)

@@ -14,7 +14,7 @@ each reply's ids carry the loss. An update (`PolicyGradient.step`) is LOOP Algor
     learner.step(learner.prepare(token_episodes(episodes, fmt)))   # gymflow.train.rl
 
 Data-parallel when torch.distributed is initialised (`gymflow.train.rl` under `accelerate launch`): every process
-holds the same episodes and weights; each optimizer step's forward passes (`length_chunks`, as one process cuts
+holds the same episodes and weights; each optimizer step's forward passes (`prefix_chunks`, as one process cuts
 them) are dealt out over the processes, and the gradients and statistics summed (`all_reduce_gradients`). Each
 pass's loss is already weighted by the whole mini-batch (its episodes / the mini-batch's), so the sum is one
 process's gradient; the steps, clipping and KL abort follow from it alike everywhere.
@@ -34,8 +34,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from gymflow.train.advantages import EPISODE_ADVANTAGES, gae
-from gymflow.train.batching import length_chunks
 from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
+from gymflow.train.prefix import prefix_chunks, reply_states
 from gymflow.train.presets import PGSwitches
 
 
@@ -82,7 +82,8 @@ class LearnerConfig:
     temperature: float = 1.0
     """the sampler's: log-probabilities are recomputed at the temperature the tokens were drawn with"""
     max_tokens: int = 16384
-    """padded ids per forward pass: caps the activations' memory, not the gradient (passes accumulate)"""
+    """padded ids per forward pass, a prefix a group's rows share counted once (`prefix.prefix_chunks`): caps the
+    activations' memory, not the gradient (passes accumulate)"""
     pad_id: int = 0
     """the tokenizer's padding id, to fill rows of unequal length"""
     seed: int = 0
@@ -148,29 +149,19 @@ class PolicyGradient:
         """Per position [B, T], 0 except at reply ids: the log-probability of the id given the ids before it,
         and the entropy of the distribution it was drawn from; the last hidden state it was predicted from
         ([B, T, H], for values); and the mask of real ids. The LM head and softmax run at reply positions
-        only: most of a multi-turn sequence is context, and the full-vocabulary softmax is costly on CPU."""
-        width = max(len(r.ids) for r in rows)
-        ids = torch.full((len(rows), width), self.config.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        reply = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, r in enumerate(rows):
-            ids[i, : len(r.ids)] = torch.tensor(r.ids)
-            mask[i, : len(r.ids)] = 1
-            reply[i, : len(r.ids)] = torch.tensor(r.turns) > 0
-        ids, mask, reply = ids.to(self.device), mask.to(self.device), reply.to(self.device)
+        only: most of a multi-turn sequence is context, and the full-vocabulary softmax is costly on CPU. A
+        prefix the rows of a group share runs once (`gymflow.train.prefix`)."""
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-        states = causal_lm.model(input_ids=ids, attention_mask=mask).last_hidden_state
-        where = reply.nonzero(as_tuple=True)
-        before = states[where[0], where[1] - 1]  # the state each reply id was predicted from
+        ids, mask, where, before = reply_states(causal_lm.model, rows, self.config.pad_id, self.device)
         temperature = temperature or self.config.temperature
         logp_all = (causal_lm.lm_head(before).float() / temperature).log_softmax(-1)
         logp = logp_all.gather(-1, ids[where][:, None]).squeeze(-1)
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)
-        shape = (len(rows), width)
+        shape = ids.shape
         h = None
         if hidden:
-            h = torch.zeros(*shape, states.shape[-1], device=self.device)
+            h = torch.zeros(*shape, before.shape[-1], device=self.device)
             h = h.index_put(where, before.detach().float())
         return (
             torch.zeros(shape, device=self.device).index_put(where, logp),
@@ -186,9 +177,7 @@ class PolicyGradient:
         old, ref, hid = [None] * len(episodes), [None] * len(episodes), [None] * len(episodes)
         untempered = [None] * len(episodes)
         self.model.eval()
-        for chunk in length_chunks(
-            range(len(episodes)), lambda i: len(episodes[i].ids), self.config.max_tokens
-        ):
+        for chunk in prefix_chunks(range(len(episodes)), episodes, self.config.max_tokens):
             rows = [episodes[i] for i in chunk]
             logp, _, h, _ = self._forward(self.model, rows, hidden=self.value is not None)
             raw = logp
@@ -301,7 +290,7 @@ class PolicyGradient:
         sums = dict.fromkeys(
             ("kl", "entropy", "reply_tokens", "clipped", "units", "tokens", "kl_ref", "value_loss"), 0.0
         )
-        chunks = length_chunks(part, lambda i: len(batch.episodes[i].ids), self.config.max_tokens)
+        chunks = prefix_chunks(part, batch.episodes, self.config.max_tokens)
         for chunk in chunks[self.rank :: self.processes]:
             rows = [batch.episodes[i] for i in chunk]
             logp, entropy, h, mask = self._forward(self.model, rows, hidden=self.value is not None)
