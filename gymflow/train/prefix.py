@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
 from transformers import DynamicCache
 
-if TYPE_CHECKING:
-    from gymflow.train.pg import TokenEpisode
+
+class TokenEpisode(Protocol):
+    """What this module reads of `gymflow.train.pg.TokenEpisode` (named here, not imported: pg imports this)."""
+
+    ids: list[int]
+    turns: list[int]
+    group: int
+
 
 MIN_SHARED = 16
 """ids a group's rows must share for their prefix to run once: below it the second model call costs more"""
