@@ -42,7 +42,7 @@ elif step == "report":
     Path("data/r.txt").write_text(str(len(Path("data/b/x.txt").read_text())))
 """
 
-DVC_YAML = """stages:
+PREPARE_AND_TRAIN = """\
   prepare:
     cmd: python make.py prepare
     deps: [make.py]
@@ -55,7 +55,10 @@ DVC_YAML = """stages:
     outs:
       - data/b:
           persist: true
-    metrics: [data/metrics/train.json]
+"""  # both projects' first stages, up to train's metrics
+
+DVC_YAML = f"""stages:
+{PREPARE_AND_TRAIN}    metrics: [data/metrics/train.json]
   report:
     cmd: python make.py report
     deps: [make.py, data/b]
@@ -214,20 +217,8 @@ def test_without_a_remote_a_stage_is_reproduced_in_the_one_checkout_with_nothing
 
 # train's metrics are `cache: false` and report reads them (as control, compare and plot_evol read other stages'
 # metrics): a machine that runs report has them only if they travel with the lock
-UNCACHED = """stages:
-  prepare:
-    cmd: python make.py prepare
-    deps: [make.py]
-    params: [text]
-    outs: [data/a.txt]
-  train:
-    cmd: python make.py train
-    deps: [make.py, data/a.txt]
-    params: [factor]
-    outs:
-      - data/b:
-          persist: true
-    metrics:
+UNCACHED = f"""stages:
+{PREPARE_AND_TRAIN}    metrics:
       - data/metrics/train.json:
           cache: false
   report:
