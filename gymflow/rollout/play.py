@@ -31,7 +31,7 @@ from gymflow.rollout.agenttraj import is_current, write_episodes
 from gymflow.rollout.distributed import LOCAL, Placement, play_jobs
 from gymflow.rollout.engine import SamplingConfig
 from gymflow.rollout.records import Episode, RunInfo, config_hash
-from gymflow.store.io import file_metadata, table_path, write_text
+from gymflow.store.io import atomic_path, file_metadata, table_path, write_text
 
 
 @dataclass
@@ -95,21 +95,19 @@ def shadow(folder: Path) -> Path:
 def _link(source: Path, target: Path, prefix: str) -> None:
     """Give `source`'s tables of `prefix` a name in `target` (a copy where the file system has no hard links),
     each replacing the old name at once."""
-    target.mkdir(parents=True, exist_ok=True)
     for kind in ("episodes", "turns"):
-        src, dst = table_path(source, prefix, kind), table_path(target, prefix, kind)
-        tmp = dst.with_name(f".{dst.name}.tmp")
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
-        tmp.replace(dst)
+        src = table_path(source, prefix, kind)
+        with atomic_path(table_path(target, prefix, kind)) as tmp:  # its stale temporaries cleared too
+            tmp.unlink()
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
 
 
 def drop_others(folder: Path, prefixes: Sequence[str]) -> None:
-    """Delete the tables (and speeds) in `folder` of every prefix but `prefixes`. Rollout folders persist, so
-    that a rerun plays only what changed; an environment the run no longer plays must not stay behind, where
+    """Delete the tables (and speeds) in `folder` and its shadow of every prefix but `prefixes`. Tables are kept
+    across runs, so that a rerun plays only what changed; an environment the run no longer plays must not stay behind, where
     AgentEvol would learn from it (another tokenizer's ids, after a change of model) and SQL would count it."""
     for path in sorted([*folder.glob("*.parquet"), *shadow(folder).glob("*.parquet")]):
         prefix = path.name.removesuffix(".parquet").rsplit(".", 1)[0]
