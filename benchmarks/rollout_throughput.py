@@ -7,8 +7,9 @@
    product of the model's shapes at that batch) and the memory one (the bytes of KV cache each token's
    attention reads, over the bandwidth of summing a large tensor). Both paths must give the same token ids.
 2. Episodes (`--env`): the engine against one episode at a time with `model.generate` over the whole
-   re-encoded history every turn, and against the engine without `Decoder.keep` (finished episodes and earlier
-   turns' padding left in the cache). Uses `--model` (default data/models/init) when it exists, otherwise a
+   re-encoded history every turn, against itself without setting ended replies aside within a turn (every
+   row decodes until the longest reply ends: `sampling.PARK_ROWS`), and without `Decoder.keep` (finished
+   episodes and earlier turns' padding left in the cache). Uses `--model` (default data/models/init) when it exists, otherwise a
    freshly built default model. Compaction matters where episodes end apart: a trained model
    (`--model data/models/sft`); greedy (`--temperature 0`) makes both engine paths play identical episodes.
 
@@ -32,6 +33,7 @@ from gymflow.agent.react import parse_action
 from gymflow.config import ModelConfig
 from gymflow.envs import ENVS, make_env
 from gymflow.envs.instructions import build_splits
+from gymflow.models import sampling
 from gymflow.models.build import build_model
 from gymflow.models.sampling import Decoder
 from gymflow.models.tokenizer import train_tokenizer
@@ -247,20 +249,22 @@ def main() -> None:
     )
 
     rows = {}
-    paths = [
-        (f"engine b{args.batch}", args.batch, Decoder),
-        (f"engine b{args.batch}, no keep", args.batch, KeepAll),
-        ("engine b1", 1, Decoder),
+    paths = [  # name, batch, decoder class, the fewest rows a decode sets ended replies aside from
+        (f"engine b{args.batch}", args.batch, Decoder, sampling.PARK_ROWS),
+        (f"engine b{args.batch}, no setting aside", args.batch, Decoder, args.batch + 1),
+        (f"engine b{args.batch}, no keep", args.batch, KeepAll, args.batch + 1),
+        ("engine b1", 1, Decoder, sampling.PARK_ROWS),
     ]
-    for name, batch, decoder in paths:
-        engine.Decoder = decoder
+    park_rows = sampling.PARK_ROWS
+    for name, batch, decoder, parks in paths:
+        engine.Decoder, sampling.PARK_ROWS = decoder, parks
         start = time.perf_counter()
         eps = rollout(
             model, fmt, [(t, 0) for t in tasks], SamplingConfig(**{**cfg.__dict__, "batch_size": batch})
         )
         gen = sum(len(m.token_ids) for e in eps for m in e.messages)
         rows[name] = (len(eps), sum(e.turns for e in eps), gen, time.perf_counter() - start)
-    engine.Decoder = Decoder
+    engine.Decoder, sampling.PARK_ROWS = Decoder, park_rows
     naive_tasks = tasks[: max(4, args.episodes // 8)]  # the slow path on fewer episodes; rates compare
     start = time.perf_counter()
     steps, gen = naive(model, fmt, naive_tasks, cfg, horizon)

@@ -1,6 +1,7 @@
 """The sampler returns exactly what it sampled, with the policy's log-probabilities, batched or not."""
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -121,6 +122,30 @@ def test_dropping_rows_and_padding_leaves_what_the_kept_rows_compute_unchanged(m
     chunks = [[c.token_ids[-1], *observation] for _, c in kept]
     second = decoder.decode(decoder.extend(chunks), [True] * 2, 5, [STOP], 0)
     for (prompt, a), b in zip(kept, second, strict=True):
+        full = recomputed_logprobs(model, prompt, a.token_ids + observation + b.token_ids)
+        n = len(a.token_ids)
+        assert a.logprobs + b.logprobs == pytest.approx(full[:n] + full[n + len(observation) :], abs=1e-4)
+
+
+def test_rows_whose_replies_ended_are_set_aside_and_come_back_unchanged(model, monkeypatch):
+    prompts = [[5 + (3 * i) % 30, 6 + i % 7, 7 + (5 * i) % 20][: 1 + i % 3] for i in range(12)]
+    greedy = sample(model, prompts, 8, stop_ids=[STOP], pad_id=PAD, temperature=0)
+    common = Counter(t for c in greedy for t in c.token_ids).most_common(3)
+    stops = [t for t, _ in common]  # most rows end within a few steps, at different ones
+    parked = []
+    split = Decoder.split
+    monkeypatch.setattr(Decoder, "split", lambda self, rows: (parked.append(len(rows)), split(self, rows))[1])
+    decoder = Decoder(model, len(prompts), PAD)
+    first = decoder.decode(decoder.extend(prompts), [True] * len(prompts), 8, stops, temperature=0)
+    assert parked and len({len(c.token_ids) for c in first}) > 1  # rows were set aside mid-reply
+    assert decoder.mask.sum(-1).tolist() == [
+        len(p) + len(c.token_ids) - 1 for p, c in zip(prompts, first, strict=True)
+    ]
+    observation = [20, 21, 22]
+    second = decoder.decode(
+        decoder.extend([[c.token_ids[-1], *observation] for c in first]), [True] * len(prompts), 5, [STOP], 0
+    )
+    for prompt, a, b in zip(prompts, first, second, strict=True):
         full = recomputed_logprobs(model, prompt, a.token_ids + observation + b.token_ids)
         n = len(a.token_ids)
         assert a.logprobs + b.logprobs == pytest.approx(full[:n] + full[n + len(observation) :], abs=1e-4)

@@ -8,6 +8,7 @@ Prompts are left-padded so all sequences append on the right; position ids skip 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -73,6 +74,9 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tenso
     return ids, mask
 
 
+PARK_ROWS = 8  # `Decoder.decode` sets ended replies' rows aside only in batches of at least this many rows
+
+
 class GrowingLayer(DynamicLayer):
     """A KV cache layer that writes into a buffer grown by doubling, instead of concatenating every step.
 
@@ -112,6 +116,26 @@ class GrowingLayer(DynamicLayer):
         self.used = width
         self.keys, self.values = self.key_buf[..., :width, :], self.value_buf[..., :width, :]
 
+    def join(self, other: GrowingLayer) -> None:
+        """Append `other`'s rows after these, both right-aligned to the wider one; the columns that pad the
+        narrower are zeros (masked, and finite: a NaN left in a masked key would still poison the softmax)."""
+        width = max(self.used, other.used)
+        shape = list(self.keys.shape)
+        shape[0] += other.keys.shape[0]
+        shape[-2] = max(2 * width, 256)
+        key_buf, value_buf = self.keys.new_zeros(shape), self.values.new_zeros(shape)
+        rows = self.keys.shape[0]
+        key_buf[:rows, :, width - self.used : width], value_buf[:rows, :, width - self.used : width] = (
+            self.keys,
+            self.values,
+        )
+        key_buf[rows:, :, width - other.used : width], value_buf[rows:, :, width - other.used : width] = (
+            other.keys,
+            other.values,
+        )
+        self.key_buf, self.value_buf, self.used = key_buf, value_buf, width
+        self.keys, self.values = key_buf[..., :width, :], value_buf[..., :width, :]
+
 
 def growing_cache() -> DynamicCache:
     cache = DynamicCache()
@@ -144,13 +168,45 @@ class Decoder:
         width = int(self.mask[rows].sum(-1).max())
         if rows == list(range(len(self.mask))) and width > 0.75 * self.mask.shape[1]:
             return  # every row stays and little padding: the copy would cost more than it saves
-        index = torch.tensor(rows, dtype=torch.long, device=self.device)
-        mask = self.mask[index]
-        columns = mask.argsort(dim=-1, stable=True)[:, mask.shape[1] - width :]  # padding sorts first
+        index, columns = self._compacted(rows)
         for layer in self.cache.layers:
             layer.keep(index, columns)
-        self.mask = mask.gather(1, columns)
+        self.mask = self.mask[index].gather(1, columns)
         self.length = self.length[index]
+
+    def split(self, rows: Sequence[int]) -> Decoder:
+        """A new decoder holding a compacted copy of `rows` (this one is unchanged): rows set aside while the
+        others go on, and `join`ed back later."""
+        index, columns = self._compacted(list(rows))
+        other = copy.copy(self)
+        other.cache = growing_cache()
+        for layer in self.cache.layers:
+            part = copy.copy(layer)  # `keep` gives the copy buffers of its own; this layer's stay as they are
+            part.keep(index, columns)
+            other.cache.layers.append(part)
+        other.mask = self.mask[index].gather(1, columns)
+        other.length = self.length[index]
+        return other
+
+    def _compacted(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`rows` as an index, and per row the columns of its cached tokens, left-padded to the longest."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        mask = self.mask[index]
+        width = int(mask.sum(-1).max())
+        return index, mask.argsort(dim=-1, stable=True)[:, mask.shape[1] - width :]  # padding sorts first
+
+    def join(self, other: Decoder) -> None:
+        """Take `other`'s rows (from `split`) as this one's last rows, in their order. Like `keep`, a copy of
+        the cache."""
+        if not len(self.mask):
+            self.cache, self.mask, self.length = other.cache, other.mask, other.length
+            return
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            mine.join(theirs)
+        width = max(self.mask.shape[1], other.mask.shape[1])
+        pad = lambda m: torch.nn.functional.pad(m, (width - m.shape[1], 0))  # noqa: E731
+        self.mask = torch.cat([pad(self.mask), pad(other.mask)])
+        self.length = torch.cat([self.length, other.length])
 
     @torch.no_grad()
     def extend(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -184,6 +240,8 @@ class Decoder:
         done = ~torch.tensor(list(active), dtype=torch.bool, device=self.device)
         out: list[Completion | None] = [None if d else Completion() for d in done.tolist()]
         stops = torch.tensor(list(stop_ids), dtype=torch.long, device=self.device)
+        rows = list(range(len(out)))  # the row each of the cache's rows was when the call began
+        parked: list[tuple[list[int], Decoder]] = []  # rows whose replies ended, set aside
         for step in range(max_new_tokens):
             logits = logits.float()
             logp = logits.log_softmax(-1)
@@ -197,18 +255,26 @@ class Decoder:
             chosen = logp.gather(-1, token[:, None]).squeeze(-1)
             tokens, chosen_list = token.tolist(), chosen.tolist()
             for row in (~done).nonzero().flatten().tolist():
-                out[row].token_ids.append(tokens[row])
-                out[row].logprobs.append(chosen_list[row])
+                out[rows[row]].token_ids.append(tokens[row])
+                out[rows[row]].logprobs.append(chosen_list[row])
             stopped = torch.isin(token, stops) & ~done
             if stop_strings:  # decoding the whole reply each step is cheap next to a forward pass
                 for row in (~done & ~stopped).nonzero().flatten().tolist():
-                    text = tokenizer.decode(out[row].token_ids, skip_special_tokens=True)
+                    text = tokenizer.decode(out[rows[row]].token_ids, skip_special_tokens=True)
                     stopped[row] = any(stop in text for stop in stop_strings)
             for row in stopped.nonzero().flatten().tolist():
-                out[row].finish_reason = "stop"
+                out[rows[row]].finish_reason = "stop"
             done |= stopped
             if done.all() or step == max_new_tokens - 1:
                 break  # every row's last token stays out of the cache (see the class docstring)
+            going = (~done).nonzero().flatten().tolist()
+            if len(rows) >= PARK_ROWS and 2 * len(going) <= len(rows):
+                # most replies have ended: set their rows aside, so that the next tokens' attention does not
+                # read their caches (a few long replies kept every row in every step: half the row-steps)
+                ended = done.nonzero().flatten().tolist()
+                parked.append(([rows[r] for r in ended], self.split(ended)))
+                self.keep(going)
+                rows, token, done = [rows[r] for r in going], token[going], done[going]
             feed = (~done).long()
             self.mask = torch.cat([self.mask, feed[:, None]], dim=-1)
             logits = self.model(
@@ -218,6 +284,12 @@ class Decoder:
                 past_key_values=self.cache,
             ).logits[:, -1]
             self.length = self.length + feed
+        if parked:
+            for ended, decoder in parked:
+                self.join(decoder)
+                rows += ended
+            place = {row: i for i, row in enumerate(rows)}
+            self.keep([place[row] for row in range(len(out))])  # the rows in the caller's order again
         return out
 
 
