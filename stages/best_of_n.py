@@ -3,14 +3,15 @@ sampled and the one a critic ranks highest is executed, for every critic of `swe
 
     dvc repro sweet/dvc.yaml:best_of_n     # or: python -m stages.best_of_n
 Writes data/rollouts/best_of_n/<chooser>.n<N>.{episodes,turns}.parquet (the executed turns with the critic's
-score in `turns.critic_score`), data/plots/best_of_n.csv (success and reward against N per chooser) and
-data/metrics/best_of_n.json.
+score in `turns.critic_score`), data/plots/best_of_n.csv (success and reward against N per chooser),
+data/metrics/best_of_n.json and data/metrics/best_of_n_paired.json (per N > 1, each critic against the random
+pick and the critics against each other in `sweet.critics`' order: per-task paired differences of success).
 """
 
 from gymflow import paths
 from gymflow.config import load_params
 from gymflow.envs.instructions import load_tasks
-from gymflow.eval.best_of_n import CriticChooser, RandomChooser, best_of_n_curve
+from gymflow.eval.best_of_n import CriticChooser, RandomChooser, best_of_n_curve, paired_choosers
 from gymflow.rollout.engine import SamplingConfig
 from gymflow.rollout.play import load_policy
 from gymflow.stage import required, run_stage, write_metrics
@@ -43,6 +44,7 @@ def main() -> None:
     ]
     write_csv(paths.plot("best_of_n"), rows, list(rows[0]))
     write_metrics("best_of_n", curves)
+    write_metrics("best_of_n_paired", paired_choosers(out, list(curves), bon.ns))
     for row in rows:
         print(row)
 

@@ -230,3 +230,24 @@ def test_the_curve_writes_each_n_and_a_rerun_plays_nothing(policy, fmt, tmp_path
         )
         == curve
     )
+
+
+def test_choosers_are_paired_per_task_at_each_n_above_one(policy, fmt, tmp_path, monkeypatch):
+    played = Policy("tiny", policy, fmt, weights_hash(policy))
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=8, batch_size=8)
+    successes = {"hidden": [True, True, False], "random": [False, True, False]}
+
+    def fixed(model, fmt, jobs, cfg, n, choose, generator, horizon):  # the chooser's successes, by task
+        episodes = rollout(model, fmt, jobs, cfg, horizon=1)
+        for ep, won in zip(episodes, successes[choose], strict=True):
+            ep.success = won
+        return episodes
+
+    monkeypatch.setattr(bon, "best_of_n", fixed)
+    for name in successes:
+        best_of_n_curve(played, TASKS, [1, 2], name, lambda n=name: n, sampling, 0, tmp_path, name, horizon=1)
+    (pair,) = bon.paired_choosers(tmp_path, ["hidden", "random"], [1, 2]).values()
+    assert list(pair) == ["2"]  # N = 1: every chooser plays the same draws
+    # differences 1, 0, 0: mean 1/3, sample sd sqrt(((2/3)^2 + 2 (1/3)^2) / 2)
+    assert pair["2"]["n"] == 3 and pair["2"]["method"] == pytest.approx(2 / 3)
+    assert pair["2"]["mean"] == pytest.approx(1 / 3) and pair["2"]["sd"] == pytest.approx((1 / 3) ** 0.5)

@@ -26,6 +26,7 @@ from transformers import PreTrainedModel
 from gymflow.agent.chat import ChatFormat
 from gymflow.envs import ENVS
 from gymflow.envs.base import Env, Task
+from gymflow.eval.compare import paired
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
 from gymflow.progress import bar as progress_bar
 from gymflow.rollout.agenttraj import is_current, write_episodes
@@ -214,3 +215,25 @@ def best_of_n_curve(
             "turns": round(sum(r["turns"] for r in rows) / len(rows), 2),
         }
     return out
+
+
+def chooser_success(out_dir: Path, name: str, n: int) -> dict[str, float]:
+    """{task_id: success} of one chooser's Best-of-N episodes at `n` (one episode a task)."""
+    rows = read_rows(table_path(out_dir, f"{name}.n{n:02d}", "episodes"), "episodes")
+    return {r["task_id"]: float(r["success"]) for r in rows}
+
+
+def paired_choosers(out_dir: Path, names: Sequence[str], ns: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """Per pair of choosers (each against the random pick, the first against the second) and per N > 1, the
+    per-task paired difference of success on the same held-out tasks (`Paired.to_dict`): Figure 3a's orderings
+    with standard errors that pool exactly over seeds. At N = 1 every chooser plays the same draws."""
+    critics = [c for c in names if c != "random"]
+    pairs = [(c, "random") for c in critics] + list(zip(critics, critics[1:], strict=False))
+    return {
+        f"{a}_vs_{b}": {
+            str(n): paired(chooser_success(out_dir, a, n), chooser_success(out_dir, b, n)).to_dict()
+            for n in ns
+            if n > 1
+        }
+        for a, b in pairs
+    }
