@@ -1,5 +1,6 @@
 """Learning, shown: AgentEvol, rejection fine-tuning and expert iteration against their steps-matched controls,
-and RL (LOOP, RLOO, GRPO) against SFT, on held-out maze tasks over seeds, as DVC experiments (one
+RL (LOOP, RLOO, GRPO) against SFT, and Best-of-N with a critic that reads the hidden layout against one that
+does not and a random pick, on held-out maze tasks over seeds, as DVC experiments (one
 `dvc exp run --temp` per variant and seed), then one table and one plot.
 
     python -m flows.learning              # every variant x seed below, then the table and the plot
@@ -39,9 +40,12 @@ from gymflow.store.io import write_csv, write_text
 SEEDS = (0, 1, 2)
 RUNS = Path("data/compare/learning")  # <experiment>.json: each finished experiment's metrics, kept in git
 HEAD = "learning-head"  # the checked-out commit runs the default pipeline, not this regime
-TARGETS = (
-    "compare",
-)  # and everything it needs: sft, both AgentEvol iterations, the control, rl, evaluations
+# What an experiment runs (and everything it needs): by default `compare` (sft, both AgentEvol iterations, the
+# control, rl, evaluations); Best-of-N the SWEET-RL pipeline's offline data, critics and `best_of_n`
+TARGETS = {"bon": ("sweet/dvc.yaml:best_of_n",)}
+DEFAULT_TARGETS = ("compare",)
+BON_N = 16  # the table reports Best-of-N's paired differences at this N (the stage plays each of BON_NS)
+BON_NS = [1, 4, BON_N]
 
 # Dotted key -> value, over params.yaml. A dict replaces the one in params.yaml (see `overrides`).
 REGIME: dict[str, object] = {
@@ -66,9 +70,9 @@ REGIME: dict[str, object] = {
     "evol.epochs": 1.0,
     "rl.tasks": {"maze": 8},
     "rl.lr": 2e-5,  # 1/100 of sft.lr, as AgentGym-RL runs RL; at the default's 3e-4 seed 0 fell 0.509 -> 0.333
-    "sweet.env": "maze",  # not run; sweet.env must be in envs
+    "sweet.env": "maze",  # Best-of-N's (the `bon` variant); sweet.env must be in envs
 }
-SEEDED = ("instructions.seed", "model.seed", "sft.seed", "evol.seed", "rl.seed")
+SEEDED = ("instructions.seed", "model.seed", "sft.seed", "evol.seed", "rl.seed", "sweet.seed")
 
 # Variant -> its settings over REGIME. Each is one experiment per seed; the stages it does not change (tasks,
 # AgentTraj, SFT, ...) come from DVC's cache, so every variant starts from the same SFT agent of its seed.
@@ -85,6 +89,13 @@ VARIANTS: dict[str, dict[str, object]] = {
     "loop": {"rl.iterations": 16},
     "rloo": {"rl.algorithm": "rloo", "rl.iterations": 16},
     "grpo": {"rl.algorithm": "grpo", "rl.iterations": 16},
+    # Best-of-N (SWEET-RL Figure 3a) from the SFT agent: per turn N sampled candidates, the one a turn-wise critic
+    # ranks highest is played; the critic reads the maze's layout and shortest path (`hidden`) or not
+    # (`nohidden`), against a random pick. Both critics learn from the SFT agent's 4,000 offline episodes
+    "bon": {
+        "sweet.critics": {"hidden": {}, "nohidden": {"hidden": False}},
+        "sweet.best_of_n": {"ns": BON_NS, "tasks": 300, "temperature": 1.0},
+    },
 }
 # Variant -> the pairs of its `compare` metrics that the table reports (method_vs_baseline)
 REPORTED: dict[str, tuple[str, ...]] = {
@@ -94,6 +105,7 @@ REPORTED: dict[str, tuple[str, ...]] = {
     "loop": ("rl_vs_sft",),
     "rloo": ("rl_vs_sft",),
     "grpo": ("rl_vs_sft",),
+    "bon": ("hidden_vs_random", "nohidden_vs_random", "hidden_vs_nohidden"),
 }
 
 
@@ -109,8 +121,10 @@ def overrides(params: dict, variant: str, seed: int) -> list[str]:
 
 
 def summaries(run: dict[str, dict], pair: str) -> Paired | None:
-    """The maze summary of one pair in one experiment's `compare` metrics."""
+    """The maze summary of one pair in one experiment's `compare` metrics, or of two Best-of-N choosers at
+    `BON_N`."""
     found = run.get("compare", {}).get(pair, {}).get("maze")
+    found = found or run.get("best_of_n_paired", {}).get(pair, {}).get(str(BON_N))
     if not found:
         return None
     return Paired(found["n"], found["mean"], found["sd"], found["method"], found["baseline"])
@@ -126,6 +140,7 @@ def table(runs: dict[str, dict[str, dict]]) -> str:
     for variant, pairs in REPORTED.items():
         for pair in pairs:
             label = f"{variant} | {pair.replace('_vs_', ' vs ')}"
+            label += f" (N={BON_N})" if variant == "bon" else ""
             parts = []
             for seed in SEEDS:
                 p = summaries(runs.get(name(variant, seed), {}), pair)
@@ -246,7 +261,10 @@ def learning(repo: str = ".", run: bool = True) -> str:
             for variant in VARIANTS:
                 if name(variant, seed) not in done:
                     experiment.with_options(name=name(variant, seed))(
-                        name(variant, seed), overrides(params, variant, seed), repo, TARGETS
+                        name(variant, seed),
+                        overrides(params, variant, seed),
+                        repo,
+                        TARGETS.get(variant, DEFAULT_TARGETS),
                     )
                     recorded(repo)  # a stop between experiments loses none
     runs = recorded(repo)

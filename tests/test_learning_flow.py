@@ -75,6 +75,18 @@ def test_the_table_lists_each_seed_and_pools_them():
     assert lines[6:] == ["| rft | evol2 vs control | 0 | 0.500 | 0.510 | -0.010 | 0.006 | -1.6 | 1000 |"]
 
 
+def test_best_of_n_plays_two_critics_and_reports_their_pairs_at_the_largest_n(tmp_path):
+    bon = regime(tmp_path, "bon")
+    assert list(bon.sweet.critics) == ["hidden", "nohidden"] and bon.sweet.env == "maze"
+    assert bon.sweet.best_of_n.ns[-1] == learning.BON_N and bon.sft == regime(tmp_path, "agentevol").sft
+    at = {"4": summary(300, 0.5, 0.5, 0.9, 0.4), str(learning.BON_N): summary(300, 0.1, 0.4, 0.5, 0.4)}
+    lines = learning.table({"learning-bon-s0": {"best_of_n_paired": {"hidden_vs_random": at}}}).splitlines()
+    assert (
+        lines[2]
+        == f"| bon | hidden vs random (N={learning.BON_N}) | 0 | 0.500 | 0.400 | +0.100 | 0.023 | +4.3 | 300 |"
+    )
+
+
 def test_the_curve_counts_the_rows_each_agent_trained_on_after_sft():
     def ev(x):
         return {"maze": {"all": {"success": x}}}
