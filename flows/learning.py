@@ -4,6 +4,7 @@ does not and a random pick, on held-out maze tasks over seeds, as DVC experiment
 `dvc exp run --temp` per variant and seed), then one table and one plot.
 
     python -m flows.learning              # every variant x seed below, then the table and the plot
+    python -m flows.learning bon          # one variant's seeds (here Best-of-N), then the table and the plot
     python -m flows.learning --table      # only the table and plot of the experiments already run
 
 The regime is `REGIME` below over params.yaml: maze alone, in its verbal view, from an imperfect (greedy)
@@ -253,12 +254,12 @@ def recorded(repo: str) -> dict[str, dict[str, dict]]:
 
 
 @flow(name="gymflow-learning", log_prints=True)
-def learning(repo: str = ".", run: bool = True) -> str:
+def learning(repo: str = ".", run: bool = True, variants: tuple[str, ...] = tuple(VARIANTS)) -> str:
     if run:
         params = load_params(Path(repo) / "params.yaml").model_dump()
         done = recorded(repo)  # a rerun resumes
         for seed in SEEDS:  # every variant of a seed before the next seed: a stopped flow has all orderings
-            for variant in VARIANTS:
+            for variant in variants:
                 if name(variant, seed) not in done:
                     experiment.with_options(name=name(variant, seed))(
                         name(variant, seed),
@@ -278,5 +279,18 @@ def learning(repo: str = ".", run: bool = True) -> str:
 
 
 if __name__ == "__main__":
-    args = parse("flows.learning", __doc__, {"--table": "only the table of the experiments already run"})
-    learning(repo=str(Path.cwd()), run=not args.table)
+    args = parse(
+        "flows.learning",
+        __doc__,
+        {
+            "--table": "only the table of the experiments already run",
+            "VARIANT": f"run only this variant's seeds, one of {', '.join(VARIANTS)} (default: all)",
+        },
+    )
+    if args.variant and args.variant not in VARIANTS:
+        raise SystemExit(f"error: no variant {args.variant!r}; name one of {', '.join(VARIANTS)}")
+    learning(
+        repo=str(Path.cwd()),
+        run=not args.table,
+        variants=(args.variant,) if args.variant else tuple(VARIANTS),
+    )
