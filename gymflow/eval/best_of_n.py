@@ -118,8 +118,9 @@ def best_of_n(
 def _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool, bar) -> list[Episode]:
     """One batch to its end; `bar` counts each episode as it ends."""
     running = start_batch(batch, fmt, horizon, pool)
-    results: list[Episode | None] = [None] * len(running)
-    live = list(range(len(running)))
+    results: list[Episode | None] = [ep.finish("error") if ep.failed else None for ep in running]
+    live = [i for i, ep in enumerate(running) if not ep.failed]  # a server that could not start one: it ends
+    bar.update(len(running) - len(live))
     turn = 0
     while live:
         turn += 1
