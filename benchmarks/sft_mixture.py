@@ -17,39 +17,15 @@ from __future__ import annotations
 import argparse
 import platform
 import random
-import tempfile
-import time
-from dataclasses import replace
-from pathlib import Path
 
 import torch
-from datasets import Dataset
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoModelForCausalLM
+from sft_throughput import timed_training  # benchmarks/, on the path as the script's dir
 
 from gymflow import paths
 from gymflow.config import load_params
-from gymflow.models.build import load_tokenizer
-from gymflow.train.sft import AssistantLossTrainer, mixture, sft_args, use_bf16
-
-
-def timed(cfg, data: list, **changes) -> tuple[float, float, float]:
-    """One pass over `data` under `sft_args(cfg)` with `changes`: real tokens/s, padded/real, final loss."""
-    with tempfile.TemporaryDirectory() as out:
-        tokenized = "input_ids" in data[0]  # as train_sft decides
-        args = replace(sft_args(cfg, Path(out), tokenized), save_strategy="no", disable_tqdm=True, **changes)
-        trainer = AssistantLossTrainer(
-            model=AutoModelForCausalLM.from_pretrained(paths.model("init")),
-            args=args,
-            train_dataset=Dataset.from_list(data),
-            processing_class=load_tokenizer(paths.model("init")),
-        )
-        padded = sum(batch["input_ids"].numel() for batch in trainer.get_train_dataloader())
-        real = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
-        start = time.perf_counter()
-        loss = trainer.train().training_loss
-        return real / (time.perf_counter() - start), padded / real, loss
+from gymflow.train.sft import AssistantLossTrainer, mixture, use_bf16
 
 
 def main() -> None:
@@ -74,7 +50,7 @@ def main() -> None:
     table = Table("variant", "tokens/s", "padded / real", "final loss", "speed / stage's")
     base = None
     for name, changes in variants.items():
-        speed, padding, loss = timed(cfg, data, **changes)
+        speed, padding, loss = timed_training(AssistantLossTrainer, cfg, data, **changes)
         base = base or speed
         table.add_row(name, f"{speed:.0f}", f"{padding:.2f}", f"{loss:.4f}", f"{speed / base:.2f}x")
     Console().print(table)

@@ -34,7 +34,7 @@ def main() -> None:
     speed = {}
     for bf16 in (False, True):
         cfg = SFTParams(envs={args.env: 1}, batch_size=args.batch, log_every=10**6, bf16=bf16)
-        speed[bf16], loss = timed_training(AssistantLossTrainer, cfg, data)
+        speed[bf16], _, loss = timed_training(AssistantLossTrainer, cfg, data)
         table.add_row("bf16 autocast" if bf16 else "fp32", f"{speed[bf16]:.0f}", f"{loss:.4f}")
     Console().print(table)
     print(

@@ -18,11 +18,12 @@ from pathlib import Path
 from datasets import Dataset
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 from trl import SFTTrainer
 
 from gymflow import paths
 from gymflow.config import SFTParams
+from gymflow.models.build import load_tokenizer
 from gymflow.train.sft import AssistantLossTrainer, conversations, sft_args
 
 
@@ -34,19 +35,25 @@ def agenttraj_episodes(env: str, episodes: int) -> list:
     return data
 
 
-def timed_training(trainer_cls: type[SFTTrainer], cfg: SFTParams, data: list) -> tuple[float, float]:
-    """One pass of `trainer_cls` from the initial model over `data`: training tokens per second, final loss."""
+def timed_training(
+    trainer_cls: type[SFTTrainer], cfg: SFTParams, data: list, **changes
+) -> tuple[float, float, float]:
+    """One pass of `trainer_cls` from the initial model over `data` under `sft_args(cfg)` with `changes` to its
+    arguments: real (unpadded) training tokens per second, padded ids per real one, final loss."""
     with tempfile.TemporaryDirectory() as out:
+        tokenized = "input_ids" in data[0]  # as train_sft decides
+        args = replace(sft_args(cfg, Path(out), tokenized), save_strategy="no", disable_tqdm=True, **changes)
         trainer = trainer_cls(
             model=AutoModelForCausalLM.from_pretrained(paths.model("init")),
-            args=replace(sft_args(cfg, Path(out)), save_strategy="no", disable_tqdm=True),
+            args=args,
             train_dataset=Dataset.from_list(data),
-            processing_class=AutoTokenizer.from_pretrained(paths.model("init")),
+            processing_class=load_tokenizer(paths.model("init")),
         )
-        tokens = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
+        padded = sum(batch["input_ids"].numel() for batch in trainer.get_train_dataloader())
+        real = sum(len(ids) for ids in trainer.train_dataset["input_ids"])
         start = time.perf_counter()
-        result = trainer.train()
-        return tokens / (time.perf_counter() - start), result.training_loss
+        loss = trainer.train().training_loss
+        return real / (time.perf_counter() - start), padded / real, loss
 
 
 def main() -> None:
@@ -62,7 +69,7 @@ def main() -> None:
     table = Table("trainer", "tokens/s", "final loss")
     speed = {}
     for name, cls in [("TRL SFTTrainer", SFTTrainer), ("gymflow (model's own loss)", AssistantLossTrainer)]:
-        speed[name], loss = timed_training(cls, cfg, data)
+        speed[name], _, loss = timed_training(cls, cfg, data)
         table.add_row(name, f"{speed[name]:.0f}", f"{loss:.4f}")
     Console().print(table)
     base, ours = speed.values()
