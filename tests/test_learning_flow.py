@@ -79,7 +79,11 @@ def test_best_of_n_plays_two_critics_and_reports_their_pairs_at_the_largest_n(tm
     bon = regime(tmp_path, "bon")
     assert list(bon.sweet.critics) == ["hidden", "nohidden"] and bon.sweet.env == "maze"
     assert bon.sweet.best_of_n.ns[-1] == learning.BON_N and bon.sft == regime(tmp_path, "agentevol").sft
-    at = {"4": summary(300, 0.5, 0.5, 0.9, 0.4), str(learning.BON_N): summary(300, 0.1, 0.4, 0.5, 0.4)}
+    assert (bon.sweet.offline.tasks, bon.sweet.critic.epochs) == (
+        500,
+        1,
+    ) and bon.sweet.critic.lr == 1e-4  # kept
+    at = {"2": summary(300, 0.5, 0.5, 0.9, 0.4), str(learning.BON_N): summary(300, 0.1, 0.4, 0.5, 0.4)}
     lines = learning.table({"learning-bon-s0": {"best_of_n_paired": {"hidden_vs_random": at}}}).splitlines()
     assert (
         lines[2]
