@@ -133,8 +133,8 @@ def test_rows_whose_replies_ended_are_set_aside_and_come_back_unchanged(model, m
     common = Counter(t for c in greedy for t in c.token_ids).most_common(3)
     stops = [t for t, _ in common]  # most rows end within a few steps, at different ones
     parked = []
-    split = Decoder.split
-    monkeypatch.setattr(Decoder, "split", lambda self, rows: (parked.append(len(rows)), split(self, rows))[1])
+    park = Decoder._park
+    monkeypatch.setattr(Decoder, "_park", lambda self, *a: (parked.append(len(a[0])), park(self, *a))[1])
     decoder = Decoder(model, len(prompts), PAD)
     first = decoder.decode(decoder.extend(prompts), [True] * len(prompts), 8, stops, temperature=0)
     assert parked and len({len(c.token_ids) for c in first}) > 1  # rows were set aside mid-reply

@@ -8,7 +8,6 @@ Prompts are left-padded so all sequences append on the right; position ids skip 
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -106,35 +105,40 @@ class GrowingLayer(DynamicLayer):
 
     def keep(self, rows: torch.Tensor, columns: torch.Tensor) -> None:
         """Keep `rows` only and, of row i, the entries at `columns[i]` in that order."""
-        width = columns.shape[1]
-        index = columns[:, None, :, None].expand(-1, self.keys.shape[1], -1, self.keys.shape[-1])
-        keys, values = self.keys[rows].gather(2, index), self.values[rows].gather(2, index)
-        shape = list(keys.shape)
-        shape[-2] = max(2 * width, 256)
-        self.key_buf, self.value_buf = keys.new_empty(shape), values.new_empty(shape)
-        self.key_buf[..., :width, :], self.value_buf[..., :width, :] = keys, values
-        self.used = width
-        self.keys, self.values = self.key_buf[..., :width, :], self.value_buf[..., :width, :]
+        self.assemble([(self.keys, self.values, rows, columns, torch.arange(len(rows)))], len(rows))
 
-    def join(self, other: GrowingLayer) -> None:
-        """Append `other`'s rows after these, both right-aligned to the wider one; the columns that pad the
-        narrower are zeros (masked, and finite: a NaN left in a masked key would still poison the softmax)."""
-        width = max(self.used, other.used)
-        shape = list(self.keys.shape)
-        shape[0] += other.keys.shape[0]
-        shape[-2] = max(2 * width, 256)
-        key_buf, value_buf = self.keys.new_zeros(shape), self.values.new_zeros(shape)
-        rows = self.keys.shape[0]
-        key_buf[:rows, :, width - self.used : width], value_buf[:rows, :, width - self.used : width] = (
-            self.keys,
-            self.values,
-        )
-        key_buf[rows:, :, width - other.used : width], value_buf[rows:, :, width - other.used : width] = (
-            other.keys,
-            other.values,
-        )
+    def assemble(self, parts: Sequence[Part], rows: int) -> None:
+        """Become `rows` rows copied from `parts`: of each (keys, values, source rows, their columns, target
+        rows), the entries at the columns, right-aligned to the widest part; the columns that pad a narrower one
+        are zeros (masked, and finite: a NaN left in a masked key would still poison the softmax). The tensors
+        the parts come from are left as they are."""
+        width = max(columns.shape[1] for *_, columns, _ in parts)
+        first = parts[0][0]
+        shape = [rows, first.shape[1], max(2 * width, 256), first.shape[-1]]
+        key_buf, value_buf = first.new_zeros(shape), parts[0][1].new_zeros(shape)
+        for keys, values, source, columns, target in parts:
+            index = columns[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[-1])
+            start = width - columns.shape[1]
+            key_buf[target, :, start:width] = keys[source].gather(2, index)
+            value_buf[target, :, start:width] = values[source].gather(2, index)
         self.key_buf, self.value_buf, self.used = key_buf, value_buf, width
         self.keys, self.values = key_buf[..., :width, :], value_buf[..., :width, :]
+
+
+Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""Where rows of a new cache layer come from (`GrowingLayer.assemble`)."""
+
+
+@dataclass(frozen=True)
+class Parked:
+    """Rows set aside in `Decoder.decode`: the cache as it was then (its tensors stay as they were, since
+    `keep` gives the layers new buffers), and which of its rows are which of the caller's."""
+
+    rows: list[int]  # the caller's rows
+    index: list[int]  # the same rows in the snapshot
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    mask: torch.Tensor
+    length: torch.Tensor
 
 
 def growing_cache() -> DynamicCache:
@@ -174,39 +178,49 @@ class Decoder:
         self.mask = self.mask[index].gather(1, columns)
         self.length = self.length[index]
 
-    def split(self, rows: Sequence[int]) -> Decoder:
-        """A new decoder holding a compacted copy of `rows` (this one is unchanged): rows set aside while the
-        others go on, and `join`ed back later."""
-        index, columns = self._compacted(list(rows))
-        other = copy.copy(self)
-        other.cache = growing_cache()
-        for layer in self.cache.layers:
-            part = copy.copy(layer)  # `keep` gives the copy buffers of its own; this layer's stay as they are
-            part.keep(index, columns)
-            other.cache.layers.append(part)
-        other.mask = self.mask[index].gather(1, columns)
-        other.length = self.length[index]
-        return other
-
-    def _compacted(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """`rows` as an index, and per row the columns of its cached tokens, left-padded to the longest."""
+    def _compacted(
+        self, rows: list[int], mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`rows` as an index, and per row the columns of its cached tokens in `mask` (this decoder's), left-padded
+        to the longest."""
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
-        mask = self.mask[index]
+        mask = (self.mask if mask is None else mask)[index]
         width = int(mask.sum(-1).max())
         return index, mask.argsort(dim=-1, stable=True)[:, mask.shape[1] - width :]  # padding sorts first
 
-    def join(self, other: Decoder) -> None:
-        """Take `other`'s rows (from `split`) as this one's last rows, in their order. Like `keep`, a copy of
-        the cache."""
-        if not len(self.mask):
-            self.cache, self.mask, self.length = other.cache, other.mask, other.length
-            return
-        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
-            mine.join(theirs)
-        width = max(self.mask.shape[1], other.mask.shape[1])
-        pad = lambda m: torch.nn.functional.pad(m, (width - m.shape[1], 0))  # noqa: E731
-        self.mask = torch.cat([pad(self.mask), pad(other.mask)])
-        self.length = torch.cat([self.length, other.length])
+    def _park(self, ended: list[int], going: list[int], rows: list[int]) -> Parked:
+        """Set rows `ended` aside and go on with `going`: one copy of the going rows, none of the ended ones."""
+        layers = [(layer.keys, layer.values) for layer in self.cache.layers]
+        parked = Parked([rows[r] for r in ended], ended, layers, self.mask, self.length)
+        self.keep(going)
+        return parked
+
+    def _unpark(self, parked: list[Parked], rows: list[int]) -> None:
+        """Every row back, in the caller's order: the current ones (the caller's `rows`) and the parked ones, in
+        one copy of the cache."""
+        here = Parked(
+            rows,
+            list(range(len(rows))),
+            [(layer.keys, layer.values) for layer in self.cache.layers],
+            self.mask,
+            self.length,
+        )
+        groups = [*parked, here]
+        total = sum(len(g.rows) for g in groups)
+        placed = [
+            (g, *self._compacted(g.index, g.mask), torch.tensor(g.rows, device=self.device)) for g in groups
+        ]
+        width = max(columns.shape[1] for _, _, columns, _ in placed)
+        mask = torch.zeros((total, width), dtype=torch.long, device=self.device)
+        length = torch.zeros(total, dtype=torch.long, device=self.device)
+        for g, index, columns, target in placed:
+            mask[target, width - columns.shape[1] :] = g.mask[index].gather(1, columns)
+            length[target] = g.length[index]
+        for i, layer in enumerate(self.cache.layers):
+            layer.assemble(
+                [(*g.layers[i], index, columns, target) for g, index, columns, target in placed], total
+            )
+        self.mask, self.length = mask, length
 
     @torch.no_grad()
     def extend(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
@@ -241,7 +255,7 @@ class Decoder:
         out: list[Completion | None] = [None if d else Completion() for d in done.tolist()]
         stops = torch.tensor(list(stop_ids), dtype=torch.long, device=self.device)
         rows = list(range(len(out)))  # the row each of the cache's rows was when the call began
-        parked: list[tuple[list[int], Decoder]] = []  # rows whose replies ended, set aside
+        parked: list[Parked] = []  # rows whose replies ended, set aside
         for step in range(max_new_tokens):
             logits = logits.float()
             logp = logits.log_softmax(-1)
@@ -271,9 +285,7 @@ class Decoder:
             if len(rows) >= PARK_ROWS and 2 * len(going) <= len(rows):
                 # most replies have ended: set their rows aside, so that the next tokens' attention does not
                 # read their caches (a few long replies kept every row in every step: half the row-steps)
-                ended = done.nonzero().flatten().tolist()
-                parked.append(([rows[r] for r in ended], self.split(ended)))
-                self.keep(going)
+                parked.append(self._park(done.nonzero().flatten().tolist(), going, rows))
                 rows, token, done = [rows[r] for r in going], token[going], done[going]
             feed = (~done).long()
             self.mask = torch.cat([self.mask, feed[:, None]], dim=-1)
@@ -285,11 +297,7 @@ class Decoder:
             ).logits[:, -1]
             self.length = self.length + feed
         if parked:
-            for ended, decoder in parked:
-                self.join(decoder)
-                rows += ended
-            place = {row: i for i, row in enumerate(rows)}
-            self.keep([place[row] for row in range(len(out))])  # the rows in the caller's order again
+            self._unpark(parked, rows)
         return out
 
 
