@@ -22,9 +22,9 @@ from gymflow.train.dpo import (
     pair_logps,
     schedule,
     sequence_logps,
-    token_logps,
     train_dpo,
 )
+from gymflow.train.logprobs import token_logprobs
 
 TEXTS = [
     "Thought: I ask.\nAction: ask What is the rate?",
@@ -143,7 +143,7 @@ def test_token_log_probs_equal_the_full_softmax_at_counted_ids_padding_included(
     short = [5, 9, 30, 200, 201]
     masks = [[0, 0, 1, 1, 0, 0, 1, 1], [0, 0, 0, 1, 1]]
     with torch.no_grad():
-        got, counted = token_logps(model, [long, short], masks, pad_id=0)
+        got, counted = token_logprobs(model, [long, short], masks, pad_id=0)
         for row, (ids, mask) in enumerate(zip([long, short], masks, strict=True)):
             full = model(torch.tensor([ids])).logits[0].log_softmax(-1)  # alone: no padding
             want = [full[i - 1, ids[i]].item() if mask[i] else 0.0 for i in range(len(ids))]

@@ -61,6 +61,7 @@ from gymflow.store.db import connect
 from gymflow.store.io import atomic_dir
 from gymflow.train.batching import length_chunks
 from gymflow.train.draws import iteration_seed
+from gymflow.train.logprobs import chosen_logprobs
 from gymflow.train.pg import ValueHead
 from gymflow.train.state import load_state, save_state
 
@@ -176,7 +177,7 @@ def _forward(
         return list(hidden[where].float().split(last.sum(1).tolist()))
     where = (reply > 0).nonzero(as_tuple=True)
     before = hidden[where[0], where[1] - 1]  # the state each reply id was predicted from
-    logp = model.lm_head(before).float().log_softmax(-1).gather(-1, ids[where][:, None]).squeeze(-1)
+    logp, _ = chosen_logprobs(model.lm_head, before, ids[where])
     return list(logp.split((reply > 0).sum(1).tolist()))
 
 
@@ -203,7 +204,7 @@ def _forward_shared(
         return [hidden[j, len(r) - 1][None].float() for j, r in enumerate(replies)]
     before = torch.cat([torch.cat([last[None], hidden[j, : len(r) - 1]]) for j, r in enumerate(replies)])
     targets = torch.tensor([i for r in replies for i in r])
-    logp = model.lm_head(before).float().log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    logp, _ = chosen_logprobs(model.lm_head, before, targets)
     return list(logp.split([len(r) for r in replies]))
 
 

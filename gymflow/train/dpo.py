@@ -57,6 +57,7 @@ from gymflow.rollout.records import config_hash
 from gymflow.store.io import write_csv
 from gymflow.train.batching import length_chunks
 from gymflow.train.draws import iteration_seed
+from gymflow.train.logprobs import token_logprobs
 from gymflow.train.state import load_state, save_state
 
 CHECKPOINTS = 10  # per run, as SFT writes them
@@ -123,28 +124,6 @@ def nll_loss(chosen: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 # ---- forward passes ---------------------------------------------------------------------------------------
-def token_logps(
-    model: PreTrainedModel, ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], pad_id: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row and position [B, T] (rows right-padded to the longest): log pi(id | the ids before it) where
-    the mask is 1, else 0; and the mask as floats. The LM head and softmax run at counted positions only: most
-    of a multi-turn sequence, and all of a per-turn prompt, is context."""
-    width = max(len(row) for row in ids)
-    batch = torch.full((len(ids), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(ids), width), dtype=torch.long)
-    counted = torch.zeros((len(ids), width), dtype=torch.bool)
-    for i, (row, mask) in enumerate(zip(ids, masks, strict=True)):
-        batch[i, : len(row)] = torch.tensor(row)
-        attention[i, : len(row)] = 1
-        counted[i, : len(row)] = torch.tensor(mask, dtype=torch.bool)
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: adapters inside
-    states = causal_lm.model(input_ids=batch, attention_mask=attention).last_hidden_state
-    where = counted.nonzero(as_tuple=True)
-    before = states[where[0], where[1] - 1]  # the state each counted id was predicted from
-    logp = causal_lm.lm_head(before).float().log_softmax(-1).gather(-1, batch[where][:, None]).squeeze(-1)
-    return torch.zeros(batch.shape).index_put(where, logp), counted.float()
-
-
 def pair_logps(
     model: PreTrainedModel, pairs: Sequence[Pair], pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -152,7 +131,7 @@ def pair_logps(
     chosen side's counted ids [P]."""
     ids = [p.chosen_ids for p in pairs] + [p.rejected_ids for p in pairs]
     masks = [p.chosen_mask for p in pairs] + [p.rejected_mask for p in pairs]
-    logps, counted = token_logps(model, ids, masks, pad_id)
+    logps, counted = token_logprobs(model, ids, masks, pad_id)
     chosen, rejected = sequence_logps(logps, counted).chunk(2)
     return chosen, rejected, counted[: len(pairs)].sum(-1)
 

@@ -34,6 +34,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from gymflow.train.advantages import EPISODE_ADVANTAGES, gae
+from gymflow.train.logprobs import chosen_logprobs
 from gymflow.train.pg_loss import clipped_objective, kl_penalty, unit_ids
 from gymflow.train.prefix import prefix_chunks, reply_states
 from gymflow.train.presets import PGSwitches
@@ -154,8 +155,7 @@ class PolicyGradient:
         causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
         ids, mask, where, before = reply_states(causal_lm.model, rows, self.config.pad_id, self.device)
         temperature = temperature or self.config.temperature
-        logp_all = (causal_lm.lm_head(before).float() / temperature).log_softmax(-1)
-        logp = logp_all.gather(-1, ids[where][:, None]).squeeze(-1)
+        logp, logp_all = chosen_logprobs(causal_lm.lm_head, before, ids[where], temperature)
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)
         shape = ids.shape
