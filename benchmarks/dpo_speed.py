@@ -114,7 +114,7 @@ def trl(start: Path, pairs: list[Pair], cfg: DPOParams, out: Path) -> dict:
     seconds = time.perf_counter() - began
     return {
         "pairs_per_second": round(len(pairs) / seconds, 2),
-        "tokens_per_second": round(sum(p.tokens for p in pairs) / seconds),
+        "train_tokens_per_s": round(sum(p.tokens for p in pairs) / seconds),
         "reference_seconds": round(ref_seconds, 1),
         "train_loss": round(result.training_loss, 5),
     }
@@ -238,7 +238,7 @@ def main() -> None:
         print(
             f"\n1. candidates: {turns} turns x 16, up to {args.max_new_tokens} new ids each: "
             f"sampling {got['sampling_seconds'] / turns:.2f} s/turn "
-            f"({got['candidate_tokens_per_second']} ids/s), "
+            f"({got['candidate_tokens_per_s']} ids/s), "
             f"critic scoring {got['scoring_seconds'] / turns:.2f} s/turn; {got['pairs']} pairs "
             f"(score gap {got['score_gap']})"
         )
@@ -264,12 +264,12 @@ def main() -> None:
         for name, runs in rows.items():
             med = {
                 k: statistics.median(run[k] for run in runs)
-                for k in ("pairs_per_second", "tokens_per_second")
+                for k in ("pairs_per_second", "train_tokens_per_s")
             }
             ref = statistics.median(run["reference_seconds"] for run in runs)
             medians[name] = med["pairs_per_second"]
             print(
-                f"{name:16s} {med['pairs_per_second']:8.2f} {med['tokens_per_second']:8.0f} {ref:10.1f} "
+                f"{name:16s} {med['pairs_per_second']:8.2f} {med['train_tokens_per_s']:8.0f} {ref:10.1f} "
                 f"{runs[-1]['train_loss']:10.4f}"
             )
         print(f"ours / TRL on per-turn pairs: {medians['ours, per-turn'] / medians['TRL, per-turn']:.2f}x")

@@ -34,7 +34,6 @@ pytestmark = pytest.mark.slow  # runs stages as processes and kills them
 ENVS = ["maze", "wordle"]
 # Wall-clock figures in the metrics: the only values an interrupted run may change.
 TIMINGS = {
-    "tokens_per_second",
     "wall_seconds",
     "train_tokens_per_s",
     "rollout_s",

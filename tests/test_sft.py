@@ -93,7 +93,7 @@ def test_a_short_run_learns_the_expert_replies_and_saves_a_model(tmp_path, data_
     rows = list(csv.DictReader((tmp_path / "sft.csv").open()))
     losses = [float(r["loss"]) for r in rows]
     assert len(losses) >= 5 and losses[-1] < 0.5 * losses[0], losses
-    assert metrics["episodes"] == len(data) and metrics["tokens_per_second"] > 0
+    assert metrics["episodes"] == len(data) and metrics["train_tokens_per_s"] > 0
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
     before = AutoModelForCausalLM.from_pretrained(init_dir)
     assert not torch.equal(trained.model.embed_tokens.weight, before.model.embed_tokens.weight)

@@ -435,7 +435,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "accuracy": last["accuracy"],
         "examples": last["examples"],
         "examples_per_s": round(sum(r["examples"] for r in rows) / seconds, 2) if seconds else 0.0,
-        "tokens_per_s": round(sum(r["tokens"] for r in rows) / seconds) if seconds else 0,
+        "train_tokens_per_s": round(sum(r["tokens"] for r in rows) / seconds) if seconds else 0,
     }
 
 

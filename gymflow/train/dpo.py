@@ -296,7 +296,7 @@ def summary(state: dict[str, Any], n_pairs: int, steps: int, ref_seconds: float)
         "accuracy": round(last["accuracy"], 4),
         "nll": round(last["nll"], 5),
         "pairs_per_second": round(state["pairs"] / seconds, 2) if seconds else 0.0,
-        "tokens_per_second": round(state["tokens"] / seconds) if seconds else 0,
+        "train_tokens_per_s": round(state["tokens"] / seconds) if seconds else 0,
         "reference_seconds": round(ref_seconds, 1),
         "wall_seconds": round(seconds + ref_seconds, 1),
     }

@@ -294,7 +294,7 @@ def train_sft(
         if os.environ.get("RANK", "0") == "0":  # the first process writes, as below
             write_curve(curve_path, [])
             save_model(model, tokenizer, out_dir)
-        return {"train_loss": 0.0, "episodes": 0, "tokens_per_second": 0, "bf16": False, "wall_seconds": 0.0}
+        return {"train_loss": 0.0, "episodes": 0, "train_tokens_per_s": 0, "bf16": False, "wall_seconds": 0.0}
     # Checkpoints of this exact run only: other parameters, starting weights or data start afresh.
     run_key = config_hash([cfg.model_dump(), weights_hash(model), [config_hash(row) for row in data]])
     root = checkpoint_dir(out_dir, run_key)
@@ -321,7 +321,7 @@ def train_sft(
     return {
         "train_loss": round(mean_loss(history), 4),
         "episodes": len(data),
-        "tokens_per_second": round(tokens / wall),
+        "train_tokens_per_s": round(tokens / wall),
         "bf16": args.bf16,
         "wall_seconds": round(wall, 1),
     }

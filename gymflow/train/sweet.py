@@ -307,7 +307,7 @@ def pair_metrics(pairs: pa.Table, turns: int, candidates: int, seconds: dict[str
         "candidates": candidates,
         "score_gap": round(gap, 5),
         "sampling_seconds": round(seconds["sampling"], 1),
-        "candidate_tokens_per_second": round(seconds["tokens"] / seconds["sampling"])
+        "candidate_tokens_per_s": round(seconds["tokens"] / seconds["sampling"])
         if seconds["sampling"]
         else 0,
         "scoring_seconds": round(seconds["scoring"], 1),
