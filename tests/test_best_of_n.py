@@ -13,7 +13,7 @@ from gymflow.eval.best_of_n import CriticChooser, RandomChooser, best_of_n, best
 from gymflow.models.files import weights_hash
 from gymflow.models.sampling import sample
 from gymflow.remote.env_client import EnvUnavailable
-from gymflow.rollout.engine import SamplingConfig, episode_turns, rollout, start_batch
+from gymflow.rollout.engine import SamplingConfig, episode_turns, rollout
 from gymflow.rollout.play import Policy
 from gymflow.store.db import connect
 from gymflow.train.critic import CriticConfig, TurnCritic
@@ -254,15 +254,13 @@ def test_choosers_are_paired_per_task_at_each_n_above_one(policy, fmt, tmp_path,
     assert pair["2"]["mean"] == pytest.approx(1 / 3) and pair["2"]["sd"] == pytest.approx((1 / 3) ** 0.5)
 
 
-def test_an_episode_whose_environment_cannot_start_ends_as_an_error(policy, fmt, monkeypatch):
+def test_an_episode_whose_environment_cannot_start_ends_as_an_error(policy, fmt):
     class Unreachable(ColBench):
         def reset(self, task):
             raise EnvUnavailable("no server answered")
 
-    def start(batch, fmt, horizon, pool):
-        return start_batch(batch, fmt, horizon, pool, lambda name: Unreachable())
-
-    monkeypatch.setattr(bon, "start_batch", start)
-    episodes = best_of_n(policy, fmt, _jobs()[:2], SAMPLING, 2, RandomChooser(0), horizon=2)
+    episodes = best_of_n(
+        policy, fmt, _jobs()[:2], SAMPLING, 2, RandomChooser(0), horizon=2, make=lambda name: Unreachable()
+    )
     assert [(e.end_reason, e.turns, e.success) for e in episodes] == [("error", 0, False)] * 2
     assert "environment unavailable" in episodes[0].messages[-1].text

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,16 +25,15 @@ import torch
 from transformers import PreTrainedModel
 
 from gymflow.agent.chat import ChatFormat
-from gymflow.envs import ENVS
+from gymflow.envs import ENVS, make_env
 from gymflow.envs.base import Env, Task
 from gymflow.eval.compare import paired
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
-from gymflow.progress import bar as progress_bar
 from gymflow.rollout.agenttraj import is_current, write_episodes
 
-# The engine's episode bookkeeping (reset, record a reply, step, extend the ids), reused so that an episode
+# The engine's batch loop (reset, record a reply, step, extend the ids) with a sampler of its own: an episode
 # played here is built exactly as one the engine plays.
-from gymflow.rollout.engine import SamplingConfig, _advance, start_batch
+from gymflow.rollout.engine import SamplingConfig, rollout
 from gymflow.rollout.play import Policy
 from gymflow.rollout.records import Episode, RunInfo, config_hash
 from gymflow.store.io import read_rows, table_path
@@ -94,48 +94,26 @@ def best_of_n(
     choose: Chooser,
     generator: torch.Generator | None = None,
     horizon: int | None = None,
+    make: Callable[[str], Env] = make_env,
 ) -> list[Episode]:
-    """Play every (task, sample index) of `jobs`, `cfg.batch_size` episodes at a time, executing at each turn
-    the chosen one of `n` sampled candidates; the episodes in the order of `jobs`."""
+    """Play every (task, sample index) of `jobs` as the rollout engine does, `cfg.batch_size` episodes at a
+    time, executing at each turn the chosen one of `n` sampled candidates; the episodes in the order of `jobs`."""
     if n < 1:
         raise ValueError(f"Best-of-N needs n >= 1, got {n}")
     if n > 1 and cfg.temperature == 0:
         raise ValueError("Best-of-N with greedy sampling (temperature 0) gives n equal candidates")
-    episodes: list[Episode] = []
-    pool: dict[str, list[Env]] = {}
-    bar = progress_bar(total=len(jobs), desc=f"best-of-{n}", unit="ep")
-    try:
-        for first in range(0, len(jobs), cfg.batch_size):
-            batch = jobs[first : first + cfg.batch_size]
-            episodes += _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool, bar)
-    finally:
-        bar.close()
-        for env in (e for envs in pool.values() for e in envs):
-            env.close()
-    return episodes
 
+    def turn(running: list) -> list[Completion]:
+        candidates = _candidates(model, fmt, running, cfg, n, generator)
+        picks = choose([ep.task for ep in running], [ep.ids for ep in running], candidates)
+        return [
+            replace(options[pick], critic_score=score)
+            for options, (pick, score) in zip(candidates, picks, strict=True)
+        ]
 
-def _play_batch(model, fmt, batch, cfg, n, choose, generator, horizon, pool, bar) -> list[Episode]:
-    """One batch to its end; `bar` counts each episode as it ends."""
-    running = start_batch(batch, fmt, horizon, pool)
-    results: list[Episode | None] = [ep.finish("error") if ep.failed else None for ep in running]
-    live = [i for i, ep in enumerate(running) if not ep.failed]  # a server that could not start one: it ends
-    bar.update(len(running) - len(live))
-    turn = 0
-    while live:
-        turn += 1
-        eps = [running[i] for i in live]
-        candidates = _candidates(model, fmt, eps, cfg, n, generator)
-        picks = choose([ep.task for ep in eps], [ep.ids for ep in eps], candidates)
-        for i, options, (pick, score) in zip(live, candidates, picks, strict=True):
-            messages = running[i].messages
-            results[i] = _advance(running[i], options[pick], fmt, cfg)
-            next(m for m in reversed(messages) if m.role == "assistant").critic_score = score
-        going = [i for i in live if results[i] is None]
-        bar.update(len(live) - len(going))
-        bar.set_postfix(turn=turn)
-        live = going
-    return [r for r in results if r is not None]
+    return rollout(
+        model, fmt, jobs, cfg, horizon, generator, make=make, sample_turn=turn, desc=f"best-of-{n}"
+    )
 
 
 def _candidates(model, fmt, eps, cfg, n, generator) -> list[list[Completion]]:

@@ -22,6 +22,7 @@ class Completion:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str = "length"  # "stop": ended with a stop token or string (kept: sampled, trained on)
+    critic_score: float | None = None  # the critic's score of this reply when one chose it (Best-of-N)
 
 
 class CompletionBackend(Protocol):

@@ -112,15 +112,18 @@ def rollout(
     generator: torch.Generator | None = None,
     early_stop: EarlyStop | None = None,
     make: Callable[[str], Env] = make_env,
+    sample_turn: TurnSampler | None = None,
+    desc: str = "rollout",
 ) -> list[Episode]:
     """Play every (task, sample index) in `jobs`, `cfg.batch_size` at a time; turn limit `horizon` or the
     environment's own. `model` samples in process, or is a client of a completion server (`generator` then
-    plays no part: the server draws). `make` builds an environment by name (`EnvMaker`: some on servers).
-    Returns the episodes in the order of `jobs`; with `early_stop`, only those that finished before it was
-    reached. An episode whose environment server failed ends with `end_reason` "error"."""
+    plays no part: the server draws); `sample_turn`, if given, samples each turn's replies instead (Best-of-N's
+    chooser). `make` builds an environment by name (`EnvMaker`: some on servers). Returns the episodes in the
+    order of `jobs`; with `early_stop`, only those that finished before it was reached. An episode whose
+    environment server failed ends with `end_reason` "error"."""
     episodes: list[Episode] = []
     envs = sorted({task.env for task, _ in jobs})
-    bar = progress_bar(total=len(jobs), desc=" ".join(["rollout", *envs[:3]]), unit="ep")
+    bar = progress_bar(total=len(jobs), desc=" ".join([desc, *envs[:3]]), unit="ep")
     sampled, start = 0, time.perf_counter()
     pool: dict[
         str, list[Env]
@@ -138,7 +141,7 @@ def rollout(
             batch = jobs[first : first + cfg.batch_size]
             stop = partial(early_stop.reached, jobs) if early_stop else None
             done, _ = _play_batch(
-                model, fmt, batch, cfg, horizon, generator, pool, make, episodes, stop, report
+                model, fmt, batch, cfg, horizon, generator, pool, make, episodes, stop, report, sample_turn
             )
             episodes += done
             if stop and stop(episodes):
@@ -171,26 +174,41 @@ def start_batch(
     return running
 
 
+TurnSampler = Callable[[list[_Running]], list[Completion]]
+"""Samples one reply per running episode (each has its `task` and the `ids` its reply continues): what a batch
+plays each turn, when not the model's own sample (Best-of-N's chooser, `gymflow.eval.best_of_n`)."""
+
 Report = Callable[[int, int, int], None]
 """Hears after every turn of a batch (turn 0: its resets) how many episodes ended in it and how many tokens
 it sampled: progress per episode, even where a whole evaluation is one batch of served environments."""
 
 
 def _play_batch(
-    model, fmt, batch, cfg, horizon, generator, pool, make=make_env, earlier=(), stop=None, report=None
+    model,
+    fmt,
+    batch,
+    cfg,
+    horizon,
+    generator,
+    pool,
+    make=make_env,
+    earlier=(),
+    stop=None,
+    report=None,
+    sample_turn=None,
 ) -> tuple[list[Episode], int]:
     """Play one batch to the end, or until `stop(earlier + finished)` holds (the rest are cancelled); `report`
-    (a `Report`) hears of every turn."""
+    (a `Report`) hears of every turn; `sample_turn` (a `TurnSampler`), if given, samples the replies."""
     running = start_batch(batch, fmt, horizon, pool, make)
     results: list[Episode | None] = [ep.finish("error") if ep.failed else None for ep in running]
     live = [i for i, ep in enumerate(running) if not ep.failed]  # still playing, in the decoder's row order
     if report:
         report(len(running) - len(live), 0, 0)
     decoder = None
-    if isinstance(model, PreTrainedModel):
+    if sample_turn is None and isinstance(model, PreTrainedModel):
         decoder = Decoder(model, len(live), fmt.tokenizer.pad_token_id)
         sample_turn = partial(_decode_turn, decoder, fmt=fmt, cfg=cfg, generator=generator)
-    else:
+    elif sample_turn is None:
         sample_turn = partial(_request_turn, model, fmt=fmt, cfg=cfg)
     sampled, turn = 0, 0
     while live:
@@ -245,7 +263,16 @@ def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConf
     """Record the reply, step the environment, and extend the sequence; the Episode if it ended."""
     text = fmt.reply_text(reply.token_ids)
     action = parse_action(text, ep.env.spec.multiline_actions)
-    ep.messages.append(Message("assistant", text, action, token_ids=reply.token_ids, logprobs=reply.logprobs))
+    ep.messages.append(
+        Message(
+            "assistant",
+            text,
+            action,
+            token_ids=reply.token_ids,
+            logprobs=reply.logprobs,
+            critic_score=reply.critic_score,
+        )
+    )
     ep.ids += reply.token_ids
     try:
         step = ep.env.step(action or "")  # no parsable action: the environment says what is wrong
