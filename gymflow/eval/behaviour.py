@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 
 from gymflow import paths
-from gymflow.errors import UserError
+from gymflow.errors import UserError, run_command
 from gymflow.store.db import read_only
 
 # Shared by every query: the episodes measured, and each assistant turn's code cells and whether its code failed
@@ -236,6 +236,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from gymflow.stage import run_stage  # one-line errors, exit 2
-
-    run_stage(main, resume_note="nothing was written")
+    run_command(main)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from rich.table import Table
 from gymflow import paths
 from gymflow.envs.colbench import submitted_code
 from gymflow.envs.instructions import load_tasks
-from gymflow.errors import UserError
+from gymflow.errors import UserError, run_command
 from gymflow.store.db import connect
 
 SOURCES = ("stated", "told", "never told")
@@ -96,8 +95,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_command(main)
