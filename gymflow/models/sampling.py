@@ -106,7 +106,9 @@ class GrowingLayer(DynamicLayer):
 
     def keep(self, rows: torch.Tensor, columns: torch.Tensor) -> None:
         """Keep `rows` only and, of row i, the entries at `columns[i]` in that order."""
-        self.assemble([(self.keys, self.values, rows, columns, torch.arange(len(rows)))], len(rows))
+        self.assemble(
+            [(self.keys, self.values, rows, columns, torch.arange(len(rows), device=rows.device))], len(rows)
+        )
 
     def assemble(self, parts: Sequence[Part], rows: int) -> None:
         """Become `rows` rows copied from `parts`: of each (keys, values, source rows, their columns, target
