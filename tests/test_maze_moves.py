@@ -32,6 +32,8 @@ def test_moves_are_classed_from_where_the_agent_stands():
 
 
 def test_the_command_lines_take_their_arguments(monkeypatch, capsys):
+    for module in ("gymflow.eval.behaviour", "gymflow.eval.maze_moves"):  # run as scripts, not imported ones
+        monkeypatch.delitem(sys.modules, module, raising=False)
     monkeypatch.setattr(sys, "argv", ["behaviour", "--sql", "give_up_rate"])
     runpy.run_module("gymflow.eval.behaviour", run_name="__main__")
     assert "select" in capsys.readouterr().out.lower()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from gymflow import paths
@@ -42,14 +42,14 @@ def classify(task: Task, actions: Iterable[str | None]) -> dict[str, int]:
     return counts
 
 
-def move_shares(rollouts: str | Path, tasks: Sequence[Task]) -> dict[str, dict[str, float]]:
+def move_shares(rollouts: str | Path, tasks_dir: str | Path = paths.DATA) -> dict[str, dict[str, float]]:
     """Per table prefix (its episodes' `policy` and `iteration`), the share of each kind of move over all its
-    maze episodes, and how many moves."""
+    maze episodes, and how many moves; the tasks are read from the instruction tables under `tasks_dir`."""
     if not Path(rollouts).is_dir():
         raise UserError(
             f"{rollouts} is not a folder of rollout tables: name one, e.g. data/rollouts/best_of_n"
         )
-    by_id = {t.task_id: t for t in tasks}
+    by_id = {t.task_id: t for t in load_tasks(tasks_dir, "maze")}
     rows = (
         read_only(rollouts)
         .execute(
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         "--tasks", default=str(paths.DATA), help=f"where the instruction tables are (default: {paths.DATA})"
     )
     args = p.parse_args(argv)
-    print(json.dumps(move_shares(args.rollouts, load_tasks(args.tasks, "maze")), indent=2))
+    print(json.dumps(move_shares(args.rollouts, args.tasks), indent=2))
 
 
 if __name__ == "__main__":
