@@ -118,7 +118,9 @@ class GrowingLayer(DynamicLayer):
         width = max(columns.shape[1] for *_, columns, _ in parts)
         first = parts[0][0]
         shape = [rows, first.shape[1], max(2 * width, 256), first.shape[-1]]
-        key_buf, value_buf = first.new_zeros(shape), parts[0][1].new_zeros(shape)
+        key_buf, value_buf = first.new_empty(shape), parts[0][1].new_empty(shape)
+        if any(columns.shape[1] < width for *_, columns, _ in parts):  # `keep`'s single part needs no zeros
+            key_buf[..., :width, :], value_buf[..., :width, :] = 0, 0
         for keys, values, source, columns, target in parts:
             index = columns[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[-1])
             start = width - columns.shape[1]
@@ -287,7 +289,7 @@ class Decoder:
             going = (~done).nonzero().flatten().tolist()
             if len(rows) >= PARK_ROWS and 2 * len(going) <= len(rows):
                 # most replies have ended: set their rows aside, so that the next tokens' attention does not
-                # read their caches (a few long replies kept every row in every step: half the row-steps)
+                # read their caches while a few long replies run on
                 parked.append(self._park(done.nonzero().flatten().tolist(), going, rows))
                 rows, token, done = [rows[r] for r in going], token[going], done[going]
             feed = (~done).long()
