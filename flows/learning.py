@@ -43,7 +43,7 @@ RUNS = Path("data/compare/learning")  # <experiment>.json: each finished experim
 HEAD = "learning-head"  # the checked-out commit runs the default pipeline, not this regime
 # What an experiment runs (and everything it needs): by default `compare` (sft, both AgentEvol iterations, the
 # control, rl, evaluations); Best-of-N the SWEET-RL pipeline's offline data, critics and `best_of_n`
-TARGETS = {"bon": ("sweet/dvc.yaml:best_of_n",)}
+TARGETS = {"bon": ("sweet/dvc.yaml:best_of_n",), "bonvalue": ("sweet/dvc.yaml:best_of_n",)}
 DEFAULT_TARGETS = ("compare",)
 BON_N = 8  # the table reports Best-of-N's paired differences at this N (the stage plays each of BON_NS)
 BON_NS = [1, BON_N]
@@ -102,6 +102,15 @@ VARIANTS: dict[str, dict[str, object]] = {
         "sweet.best_of_n": {"ns": BON_NS, "tasks": 200, "temperature": 1.0},
     },
 }
+# The same Best-of-N with critics whose score is not a ratio to pi_ref: a value head on the critic's last hidden
+# state after each reply, trained by BCE to predict the episode's success from every turn of all 2,000 offline
+# episodes (not only the tasks with both outcomes). Tests bon's explanation: the log-ratio favours replies pi_ref
+# finds unlikely (the malformed ones at T=1), which a success classifier has no reason to
+VARIANTS["bonvalue"] = {
+    **VARIANTS["bon"],
+    "sweet.critic.kind": "value",
+    "sweet.critic.value_target": "success",
+}
 # Variant -> the pairs of its `compare` metrics that the table reports (method_vs_baseline)
 REPORTED: dict[str, tuple[str, ...]] = {
     "agentevol": ("evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft"),
@@ -111,6 +120,7 @@ REPORTED: dict[str, tuple[str, ...]] = {
     "rloo": ("rl_vs_sft",),
     "grpo": ("rl_vs_sft",),
     "bon": ("hidden_vs_random", "nohidden_vs_random", "hidden_vs_nohidden"),
+    "bonvalue": ("hidden_vs_random", "nohidden_vs_random", "hidden_vs_nohidden"),
 }
 
 
@@ -145,7 +155,7 @@ def table(runs: dict[str, dict[str, dict]]) -> str:
     for variant, pairs in REPORTED.items():
         for pair in pairs:
             label = f"{variant} | {pair.replace('_vs_', ' vs ')}"
-            label += f" (N={BON_N})" if variant == "bon" else ""
+            label += f" (N={BON_N})" if variant in TARGETS else ""
             parts = []
             for seed in SEEDS:
                 p = summaries(runs.get(name(variant, seed), {}), pair)

@@ -91,6 +91,15 @@ def test_best_of_n_plays_two_critics_and_reports_their_pairs_at_the_largest_n(tm
     )
 
 
+def test_best_of_n_with_value_critics_changes_only_the_critics_kind(tmp_path):
+    bon, value = regime(tmp_path, "bon"), regime(tmp_path, "bonvalue")
+    assert (value.sweet.critic.kind, value.sweet.critic.value_target) == ("value", "success")
+    assert bon.sweet.critic.kind == "advantage" and value.sweet.critic.epochs == bon.sweet.critic.epochs
+    assert value.sweet.critics == bon.sweet.critics and value.sweet.offline == bon.sweet.offline
+    assert value.sweet.best_of_n == bon.sweet.best_of_n and value.sft == bon.sft
+    assert learning.TARGETS["bonvalue"] == learning.TARGETS["bon"]
+
+
 def test_the_curve_counts_the_rows_each_agent_trained_on_after_sft():
     def ev(x):
         return {"maze": {"all": {"success": x}}}
