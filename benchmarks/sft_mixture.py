@@ -3,6 +3,7 @@
 A seeded draw of rows from the mixture stage `sft` trains on (`sft.envs` of params.yaml, as `mixture` builds
 it), trained for one pass under each variant from the same initial model, in the same run:
 - as the stage trains (`sft_args`);
+- with the collator's padding mask passed to the model, as before `causal_mask` (a right-padded batch needs none);
 - without gradient checkpointing (TRL's SFTConfig turns it on; a 0.8M-parameter model does not need the memory);
 - in fp32 and in bf16 autocast (what `sft.bf16` picks on this machine is printed).
 Prints per variant: training tokens per second (real tokens, no padding), the padded tokens per real token the
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import platform
 import random
+from contextlib import nullcontext
+from unittest import mock
 
 import torch
 from rich.console import Console
@@ -43,6 +46,7 @@ def main() -> None:
     cfg = sft.model_copy(update={"log_every": 10**6})
     variants = {
         "as the stage trains": {},
+        "the padding mask passed": {},
         "no gradient checkpointing": {"gradient_checkpointing": False},
         "fp32, no checkpointing": {"gradient_checkpointing": False, "bf16": False},
         "bf16 autocast, no checkpointing": {"gradient_checkpointing": False, "bf16": True},
@@ -50,7 +54,9 @@ def main() -> None:
     table = Table("variant", "tokens/s", "padded / real", "final loss", "speed / stage's")
     base = None
     for name, changes in variants.items():
-        speed, padding, loss = timed_training(AssistantLossTrainer, cfg, data, **changes)
+        keep = mock.patch("gymflow.train.sft.causal_mask", lambda mask: mask)
+        with keep if name == "the padding mask passed" else nullcontext():
+            speed, padding, loss = timed_training(AssistantLossTrainer, cfg, data, **changes)
         base = base or speed
         table.add_row(name, f"{speed:.0f}", f"{padding:.2f}", f"{loss:.4f}", f"{speed / base:.2f}x")
     Console().print(table)

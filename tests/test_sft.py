@@ -17,7 +17,7 @@ from gymflow.rollout.agenttraj import write_episodes
 from gymflow.rollout.engine import episode_ids_and_mask
 from gymflow.rollout.expert import run_expert
 from gymflow.rollout.records import RunInfo
-from gymflow.train.sft import conversations, mixture, sft_args, train_sft, use_bf16
+from gymflow.train.sft import causal_mask, conversations, mixture, sft_args, train_sft, use_bf16
 
 TASKS = build_splits(Maze, 24, 0, seed=0)["train"]
 INFO = RunInfo(run="agenttraj", stage="trajectories", iteration=0, policy="expert")
@@ -129,9 +129,28 @@ def test_our_loss_is_trls_loss_on_the_same_batch(tmp_path, data_dir, init_dir):
         trainer = cls(model=model, args=args, train_dataset=data, processing_class=tok)
         batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
         assert (batch["labels"] != -100).sum() < batch["attention_mask"].sum()  # some context is not trained
+        assert not batch["attention_mask"].all() and causal_mask(batch["attention_mask"]) is None  # right-padded
         with torch.no_grad():
             losses.append(float(trainer.compute_loss(trainer.model, batch)))
     assert losses[0] == pytest.approx(losses[1], rel=1e-5) and losses[0] > 1.0
+
+
+def test_a_right_padded_batch_trains_the_same_without_its_mask(init_dir):
+    model = AutoModelForCausalLM.from_pretrained(init_dir)
+    ids = torch.randint(5, 300, (3, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, 7:], mask[2, 10:] = 0, 0  # rows of 7, 12 and 10 tokens, padded on the right
+    labels = ids.masked_fill(mask == 0, -100)
+    grads = []
+    for m in (mask, causal_mask(mask)):
+        model.zero_grad()
+        loss = model(input_ids=ids, attention_mask=m, labels=labels).loss
+        loss.backward()
+        grads.append((float(loss), [p.grad.clone() for p in model.parameters()]))
+    assert grads[1][0] == pytest.approx(grads[0][0], rel=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[0][1], grads[1][1], strict=True))
+    left = mask.flip(1)  # left padding: real tokens would attend to the pads before them
+    assert torch.equal(causal_mask(left), left) and causal_mask(torch.ones_like(ids)) is None
 
 
 @pytest.mark.parametrize(
