@@ -236,6 +236,12 @@ class EvalParams(Section):
         description="policy -> at most this many held-out tasks per environment (a prefix of the eval split, "
         "whose order interleaves the difficulties); absent: all",
     )
+    derived: Literal["trained", "all"] = Field(
+        "trained",
+        description="where the agents trained from the SFT agent play (rl, control, AgentEvol's iterations): "
+        "trained: the environments of evaluate.envs they learned on (rl.tasks, evol.tasks); all: every one, "
+        "to see what they forget elsewhere",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -612,6 +618,20 @@ class Params(Section):
                 "rl.early_stop needs rollout.engine local (Ray workers play whole batches); drop one"
             )
         return self
+
+    def evaluated_envs(self, policy: str) -> list[str]:
+        """The environments of evaluate.envs that `policy` plays (`evaluate.derived`): RL's agent where it
+        trained, AgentEvol's iterations and their control where AgentEvol explored; any other agent all of them.
+        Playing a derived agent on environments it never trained on costs more of the CPU default's time than
+        anything but SFT (4 policies x 3-4 minutes), and its comparisons are where it trained."""
+        envs = self.evaluate.envs if self.evaluate else []
+        trained: set[str] | None = None
+        if self.evaluate and self.evaluate.derived == "trained":
+            if policy == "rl" and self.rl:
+                trained = set(self.rl.tasks)
+            elif self.evol and policy in ("control", *self.evol.iterations):
+                trained = set(self.evol.tasks)  # the shared tasks (dvc.yaml's dependency), not an iteration's
+        return [e for e in envs if trained is None or e in trained]
 
 
 # ---- what params.yaml names must be on this machine, and what it builds must fit here ----

@@ -2,8 +2,8 @@
 
     dvc repro compare             # or: python -m stages.compare
 AgentEvol's last iteration against its steps-matched control (`control`: the same steps on the SFT data
-alone) and against the SFT agent, the control against SFT, and RL against SFT, per environment of
-`evaluate.envs`: per-task differences of greedy success, their mean and standard error
+alone) and against the SFT agent, the control against SFT, and RL against SFT, per environment both
+played (`evaluate.derived`): per-task differences of greedy success, their mean and standard error
 (`gymflow.eval.compare`). Writes data/compare/default.md (the table), data/metrics/compare.json and prints
 the verdicts, with the CPU this ran on.
 """
@@ -42,7 +42,8 @@ def main() -> None:
     metrics: dict[str, dict[str, dict[str, float]]] = {}
     lines = []
     for method, baseline in pairs:
-        for env in params.evaluate.envs:
+        played = params.evaluated_envs(baseline)
+        for env in [e for e in params.evaluated_envs(method) if e in played]:
             p = paired(
                 greedy_success(paths.EVALUATE_ROLLOUTS, method, env),
                 greedy_success(paths.EVALUATE_ROLLOUTS, baseline, env),

@@ -1,5 +1,5 @@
 """Stage `evaluate@<policy>` (AgentEval): one policy under data/models plays the eval split of `evaluate.envs`
-as `rollout` says.
+as `rollout` says; an agent trained from the SFT agent only where it trained (`evaluate.derived`).
 
     dvc repro evaluate            # every policy: init, sft (and evaluate_evol@<iteration> for AgentEvol)
     python -m stages.evaluate sft
@@ -35,8 +35,7 @@ def main() -> None:
         raise UserError("params.yaml has no `evaluate:` section; add one (see the README) to run this stage")
     if outside := [e for e in only if e not in cfg.envs]:
         raise UserError(f"{outside} not in evaluate.envs {cfg.envs}: add them there or name others")
-    if only:
-        cfg = cfg.model_copy(update={"envs": only})
+    cfg = cfg.model_copy(update={"envs": only or params.evaluated_envs(policy)})
     model_dir = paths.model(policy)
     if not model_dir.is_dir():
         raise UserError(f"{model_dir} does not exist: run `dvc repro` for the stage that builds it")
@@ -66,6 +65,7 @@ if __name__ == "__main__":
         resume_note="finished environments are kept; run the stage again to play the others",
         arguments={
             "POLICY": "the policy, a directory under data/models (init, sft, evol1, ...)",
-            "ENV ...": "play only these of evaluate.envs (default: all of them)",
+            "ENV ...": "play only these of evaluate.envs (default: all of them, or for an agent trained from "
+            "the SFT agent those it trained on: evaluate.derived)",
         },
     )

@@ -1,4 +1,5 @@
-"""Stage `plot_evol`: held-out greedy success per environment against AgentEvol iteration (0 is the SFT agent).
+"""Stage `plot_evol`: held-out greedy success per environment every iteration played (`evaluate.derived`)
+against AgentEvol iteration (0 is the SFT agent).
 
     dvc repro plot_evol && dvc plots show
 Reads data/metrics/evaluate/<policy>.json for sft and every iteration of `evol.iterations`; writes
@@ -18,9 +19,10 @@ def main() -> None:
     params = load_params()
     if params.evol is None or params.evaluate is None:
         raise UserError("params.yaml needs `evaluate:` and `evol:` sections to plot AgentEvol")
-    envs = params.evaluate.envs
+    policies = ["sft", *params.evol.iterations]
+    envs = [e for e in params.evaluate.envs if all(e in params.evaluated_envs(p) for p in policies)]
     rows = []
-    for x, policy in enumerate(["sft", *params.evol.iterations]):
+    for x, policy in enumerate(policies):
         path = paths.metrics(f"evaluate/{policy}")
         if not path.exists():
             raise UserError(f"{path} is missing: run `dvc repro` to evaluate {policy} first")

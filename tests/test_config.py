@@ -238,6 +238,34 @@ def test_an_iteration_overrides_the_shared_evol_settings_for_itself_only(tmp_pat
     assert params.at("b").tasks == {"maze": 5} and (params.index("a"), params.index("b")) == (1, 2)
 
 
+def test_agents_trained_from_sft_are_evaluated_where_they_trained_unless_asked_for_all(tmp_path):
+    three = GOOD.replace("[maze]", "[maze, wordle, babyai]").replace(
+        "{maze: 10}", "{maze: 10, wordle: 10, babyai: 10}"
+    )
+    three = three.replace("{maze: 5}", "{maze: 5, wordle: 5, babyai: 5}").replace(
+        "{maze: 8}", "{maze: 8, wordle: 8, babyai: 8}"
+    )
+    rest = (
+        "evaluate: {envs: [maze, wordle, babyai]%s}\n"
+        "evol: {tasks: {maze: 5}, iterations: {a: {explorer: sft, tasks: {wordle: 2}}, b: {explorer: a}}}\n"
+        "rl: {tasks: {babyai: 2, maze: 2}}\n"
+    )
+    params = load_params(write(tmp_path, three + rest % ""))
+    assert params.evaluate.derived == "trained"
+    assert params.evaluated_envs("sft") == params.evaluated_envs("init") == ["maze", "wordle", "babyai"]
+    assert params.evaluated_envs("rl") == ["maze", "babyai"]  # in evaluate.envs' order
+    # AgentEvol's agents and the control play evol.tasks' environments (dvc.yaml's dependency), not an override
+    assert (
+        params.evaluated_envs("a")
+        == params.evaluated_envs("b")
+        == params.evaluated_envs("control")
+        == ["maze"]
+    )
+    assert params.evaluated_envs("sweet") == ["maze", "wordle", "babyai"]
+    everywhere = load_params(write(tmp_path, three + rest % ", derived: all"))
+    assert all(everywhere.evaluated_envs(p) == ["maze", "wordle", "babyai"] for p in ("rl", "a", "control"))
+
+
 def test_numbers_yaml_1_2_reads_are_numbers_and_an_int_is_a_float(tmp_path):
     """2e-3 is a string to PyYAML (YAML 1.1 wants 2.0e-3) but a number to DVC and YAML 1.2: it is read as one."""
     text = (
