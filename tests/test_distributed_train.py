@@ -96,7 +96,7 @@ def _pg(root: Path, out: Path, rank: int) -> None:
             )
             learner = PolicyGradient(model, config)
             stats = learner.step(learner.prepare([TokenEpisode(*shape) for shape in SHAPES]))
-            value = learner.value.state_dict() if learner.value is not None else {}
+            value = learner.value.head.state_dict() if learner.value is not None else {}
             grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
             saved[lr] = {"model": model.state_dict(), "value": value, "grads": grads, "stats": stats}
         if rank == 0:

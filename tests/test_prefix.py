@@ -143,7 +143,7 @@ def test_shared_backward_gives_the_gradients_of_every_row_whole(
         learner = _learner(model, preset, max_tokens)
         batch = learner.prepare(_batch(len(tokenizer)))
         learner.backward(batch, list(range(len(batch.episodes))), learner.units(batch))
-        params = [*learner.params, *(learner.value.parameters() if learner.value else [])]
+        params = learner.trained
         return torch.cat([p.grad.flatten() for p in params if p.grad is not None])
 
     shared, whole = gradient(16), gradient(10**6)

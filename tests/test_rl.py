@@ -116,9 +116,14 @@ def test_training_writes_each_iteration_and_a_turn_limit_schedule_applies(start,
     assert summary["train_tokens_per_s"] > 0 and summary["wall_seconds"] > 0
 
 
-def test_an_interrupted_run_resumes_at_the_next_iteration_with_the_same_result(start, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "algorithm", ["loop", "ppo"]
+)  # ppo: a value head, its warm-up and its optimizer group
+def test_an_interrupted_run_resumes_at_the_next_iteration_with_the_same_result(
+    start, tmp_path, monkeypatch, algorithm
+):
     folder, _ = start
-    rl = _params(horizon=[{"turns": 3}], warmup=20)  # the warm-up spans the interruption
+    rl = _params(horizon=[{"turns": 3}], warmup=20, algorithm=algorithm)  # the warm-up spans the interruption
 
     def run(out):
         return train_rl(folder, out / "model", {"maze": TASKS}, rl, PLAY, out / "rollouts", out / "rl.csv")
@@ -142,3 +147,17 @@ def test_an_interrupted_run_resumes_at_the_next_iteration_with_the_same_result(s
     resumed = AutoModelForCausalLM.from_pretrained(tmp_path / "resumed" / "model").state_dict()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     assert not (tmp_path / "resumed" / "model.checkpoints").exists()
+
+
+def test_a_checkpoint_of_the_older_learner_with_two_optimizers_starts_afresh(start, tmp_path):
+    from gymflow.train.pg import LearnerConfig, PolicyGradient
+    from gymflow.train.presets import switches
+
+    learner = PolicyGradient(
+        AutoModelForCausalLM.from_pretrained(start[0]),
+        LearnerConfig(switches=switches(_params(algorithm="ppo")), lr=1e-3),
+    )
+    path = tmp_path / "run" / "state.pt"
+    path.parent.mkdir()
+    torch.save({"rows": [{}], "value_optimizer": {}}, path)
+    assert rl_loop._restore(path, learner, tmp_path / "rollouts") == [] and not path.parent.exists()

@@ -129,7 +129,9 @@ def test_our_loss_is_trls_loss_on_the_same_batch(tmp_path, data_dir, init_dir):
         trainer = cls(model=model, args=args, train_dataset=data, processing_class=tok)
         batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
         assert (batch["labels"] != -100).sum() < batch["attention_mask"].sum()  # some context is not trained
-        assert not batch["attention_mask"].all() and causal_mask(batch["attention_mask"]) is None  # right-padded
+        assert (
+            not batch["attention_mask"].all() and causal_mask(batch["attention_mask"]) is None
+        )  # right-padded
         with torch.no_grad():
             losses.append(float(trainer.compute_loss(trainer.model, batch)))
     assert losses[0] == pytest.approx(losses[1], rel=1e-5) and losses[0] > 1.0

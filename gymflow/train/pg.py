@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -72,6 +72,75 @@ class ValueHead(nn.Module):
         return self.out(self.net(h)).squeeze(-1)
 
 
+class ValueBaseline:
+    """The value head as an advantage source (`advantage: gae`, PPO's): per-id advantages and value targets by
+    GAE from its predictions on the policy's last hidden states, `value_warmup` value-only passes over the first
+    iteration (LOOP C.5 pre-trains its critic), and its squared error beside the policy's loss. Its parameters
+    are a group of the learner's optimizer, at their own rate; hidden states come detached, so the two losses
+    train disjoint weights."""
+
+    def __init__(self, hidden_size: int, switches: PGSwitches, device: torch.device, seed: int) -> None:
+        with torch.random.fork_rng(
+            devices=[]
+        ):  # its own draw: a resumed run builds the same head as a straight one
+            torch.manual_seed(seed)
+            self.head = ValueHead(hidden_size).to(device)
+        self.sw, self.device = switches, device
+        self.warm = switches.value_warmup == 0
+
+    def param_group(self) -> dict:
+        """The head's optimizer group: `value_lr`, AdamW's default decay, no learning-rate warm-up."""
+        return {"params": list(self.head.parameters()), "lr": self.sw.value_lr, "weight_decay": 0.01}
+
+    def advantages(
+        self,
+        episodes: Sequence[TokenEpisode],
+        hidden: Sequence[torch.Tensor],
+        masks: Sequence[torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        minibatches: Callable[[int], list[list[int]]],
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], dict[str, float]]:
+        """Per-id advantages and value targets (0 at context), the predictions clipped to the reward range
+        [0, 1] (LOOP C.5); warmed up first if this is the first iteration."""
+        stats = {}
+        if not self.warm:
+            stats["value_loss_warmup"] = self._warm_up(episodes, hidden, masks, optimizer, minibatches)
+            self.warm = True
+        advantages, returns = [], []
+        with torch.no_grad():
+            for e, h, m in zip(episodes, hidden, masks, strict=True):
+                reply = m.bool()
+                values = self._values(h[reply]).clamp(0, 1).double()
+                adv, ret = gae(e.reward, values, self.sw.gamma, self.sw.lam)
+                advantages.append(_scatter(adv.float(), reply))
+                returns.append(_scatter(ret.float(), reply))
+        return advantages, returns, stats
+
+    def loss(self, hidden: torch.Tensor, returns: torch.Tensor, reply: torch.Tensor) -> torch.Tensor:
+        """Mean squared error of the predictions against the value targets over reply ids ([B, T] each)."""
+        return (((self.head(hidden) - returns) ** 2) * reply).sum() / reply.sum()
+
+    def _warm_up(self, episodes, hidden, masks, optimizer, minibatches) -> float:
+        """Value-only steps (the policy has no gradient, so AdamW leaves it and its moments alone) toward each
+        episode's reward."""
+        targets = [torch.full_like(m, e.reward) for e, m in zip(episodes, masks, strict=True)]
+        loss = float("nan")
+        for _ in range(self.sw.value_warmup):
+            for part in minibatches(len(episodes)):
+                optimizer.zero_grad()
+                pred = [_scatter(self._values(hidden[i][masks[i].bool()]), masks[i].bool()) for i in part]
+                num = sum(((p - targets[i]) ** 2 * masks[i]).sum() for p, i in zip(pred, part, strict=True))
+                step_loss = num / sum(masks[i].sum() for i in part)
+                step_loss.backward()
+                optimizer.step()
+                loss = float(step_loss.detach())
+        return loss
+
+    def _values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The head on hidden states kept on the CPU (`_score`), its predictions back there."""
+        return self.head(hidden.to(self.device)).to(hidden.device)
+
+
 @dataclass(kw_only=True, frozen=True)
 class LearnerConfig:
     """Everything `PolicyGradient` needs besides the model (`rl`'s section gives each; typical values there)."""
@@ -88,7 +157,7 @@ class LearnerConfig:
     pad_id: int = 0
     """the tokenizer's padding id, to fill rows of unequal length"""
     seed: int = 0
-    """seeds the mini-batch shuffle"""
+    """seeds the mini-batch shuffle and a value head's initial weights"""
     warmup: int = 0
     """optimizer steps of linear learning-rate warm-up (0: none)"""
 
@@ -118,26 +187,28 @@ class PolicyGradient:
         self.rank, self.processes = process_group()
         self.device = next(model.parameters()).device
         warmup = config.warmup
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        if self.processes > 1:  # the first process's weights (LoRA adapters start random) everywhere
-            _broadcast(self.params)
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
-        # Linear warm-up over the first `warmup` steps: Adam's first steps move every weight by about lr,
-        # whatever its gradient's size, and that is where the KL to the sampler jumped.
+        self.params = [p for p in model.parameters() if p.requires_grad]  # the policy's, clipped together
+        self.value = None
+        groups = [{"params": self.params}]
+        if self.sw.advantage == "gae":
+            self.value = ValueBaseline(model.config.hidden_size, self.sw, self.device, config.seed)
+            groups.append(self.value.param_group())
+        self.trained = [p for group in groups for p in group["params"]]
+        if (
+            self.processes > 1
+        ):  # the first process's weights (LoRA adapters, a value head start random) everywhere
+            _broadcast(self.trained)
+        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=0.0)
+        # Linear warm-up of the policy's rate over the first `warmup` steps: Adam's first steps move every weight
+        # by about lr, whatever its gradient's size, and that is where the KL to the sampler jumped.
+        policy_rate = lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0  # noqa: E731
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+            self.optimizer, [policy_rate] + [lambda step: 1.0] * (len(groups) - 1)
         )
         self.reference = None
         if self.sw.kl_coef > 0 and not hasattr(model, "disable_adapter"):  # LoRA: the base is the reference
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
-        self.value = self.value_optimizer = None
-        if self.sw.advantage == "gae":
-            self.value = ValueHead(model.config.hidden_size).to(self.device)
-            if self.processes > 1:
-                _broadcast(list(self.value.parameters()))
-            self.value_optimizer = torch.optim.AdamW(self.value.parameters(), lr=self.sw.value_lr)
         self.generator = torch.Generator().manual_seed(config.seed)
-        self.value_warm = self.sw.value_warmup == 0
 
     # ---- forward passes ---------------------------------------------------------------------------
     def _forward(
@@ -211,11 +282,11 @@ class PolicyGradient:
         masks = [torch.tensor([float(t > 0) for t in e.turns]) for e in episodes]
         stats = {"logprob_gap": _logprob_gap(episodes, untempered)}
         keep, returns = list(range(len(episodes))), None
-        if self.sw.advantage == "gae":
-            if not self.value_warm:
-                stats["value_loss_warmup"] = self._warm_values(episodes, hidden, masks)
-                self.value_warm = True
-            advantages, returns = self._gae(episodes, hidden, masks)
+        if self.value is not None:
+            advantages, returns, more = self.value.advantages(
+                episodes, hidden, masks, self.optimizer, self._minibatches
+            )
+            stats |= more
         else:
             rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float64)
             groups = torch.tensor([e.group for e in episodes])
@@ -237,43 +308,6 @@ class PolicyGradient:
             ref_logp=pick(ref),
             stats=stats,
         )
-
-    @torch.no_grad()
-    def _gae(self, episodes, hidden, masks) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per-id advantages and value targets (0 at context) from the value head, its predictions clipped to
-        the reward range [0, 1] (LOOP C.5)."""
-        advantages, returns = [], []
-        for e, h, m in zip(episodes, hidden, masks, strict=True):
-            reply = m.bool()
-            values = self._values(h[reply]).clamp(0, 1).double()
-            adv, ret = gae(e.reward, values, self.sw.gamma, self.sw.lam)
-            advantages.append(_scatter(adv.float(), reply))
-            returns.append(_scatter(ret.float(), reply))
-        return advantages, returns
-
-    def _warm_values(self, episodes, hidden, masks) -> float:
-        """`value_warmup` value-only passes over the first iteration (LOOP C.5 pre-trains its critic)."""
-        targets = [torch.full_like(m, e.reward) for e, m in zip(episodes, masks, strict=True)]
-        loss = float("nan")
-        for _ in range(self.sw.value_warmup):
-            for part in self._minibatches(len(episodes)):
-                loss = self._value_step(
-                    [hidden[i] for i in part], [targets[i] for i in part], [masks[i] for i in part]
-                )
-        return loss
-
-    def _values(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The value head on hidden states kept on the CPU (`_score`), its predictions back there."""
-        return self.value(hidden.to(self.device)).to(hidden.device)
-
-    def _value_step(self, hidden, targets, masks) -> float:
-        self.value_optimizer.zero_grad()
-        pred = [_scatter(self._values(h[m.bool()]), m.bool()) for h, m in zip(hidden, masks, strict=True)]
-        num = sum(((p - t) ** 2 * m).sum() for p, t, m in zip(pred, targets, masks, strict=True))
-        loss = num / sum(m.sum() for m in masks)
-        loss.backward()
-        self.value_optimizer.step()
-        return float(loss.detach())
 
     # ---- the update -------------------------------------------------------------------------------
     def _minibatches(self, n: int) -> list[list[int]]:
@@ -306,13 +340,11 @@ class PolicyGradient:
                 kl_ref = kl_penalty(logp, ref, reply)
                 loss = loss + self.sw.kl_coef * kl_ref
                 sums["kl_ref"] += float(kl_ref.detach()) * len(chunk) / len(part)
-            (loss * len(chunk) / len(part)).backward()
             if self.value is not None:
-                ret = _pad([batch.returns[i] for i in chunk], width, device)
-                pred = self.value(h)
-                value_loss = (((pred - ret) ** 2) * reply).sum() / reply.sum()
-                (value_loss * len(chunk) / len(part)).backward()
+                value_loss = self.value.loss(h, _pad([batch.returns[i] for i in chunk], width, device), reply)
+                loss = loss + value_loss  # the head's own weights: the policy's gradient is unchanged
                 sums["value_loss"] += float(value_loss.detach()) * len(chunk) / len(part)
+            (loss * len(chunk) / len(part)).backward()
             with torch.no_grad():
                 log_ratio = (logp - old) * reply
                 sums["kl"] += float(((log_ratio.exp() - 1) - log_ratio).sum())
@@ -335,8 +367,6 @@ class PolicyGradient:
         for _ in range(self.sw.epochs):
             for part in self._minibatches(len(batch.episodes)) if batch.episodes else []:
                 self.optimizer.zero_grad()
-                if self.value is not None:
-                    self.value_optimizer.zero_grad()
                 got = self.backward(batch, part, units)
                 if self.processes > 1:
                     got = self._all_reduce(got)
@@ -352,8 +382,6 @@ class PolicyGradient:
                 norm = torch.nn.utils.clip_grad_norm_(self.params, self.sw.max_grad_norm or float("inf"))
                 self.optimizer.step()
                 self.scheduler.step()
-                if self.value is not None:
-                    self.value_optimizer.step()
                 sums["kl"] += kl
                 sums["entropy"] += got["entropy"] / max(got["reply_tokens"], 1)
                 sums["grad_norm"] += float(norm)
@@ -379,9 +407,7 @@ class PolicyGradient:
 
     def _all_reduce(self, sums: dict[str, float]) -> dict[str, float]:
         """Every process's gradients and statistics of a mini-batch summed: one process's."""
-        all_reduce_gradients(self.params)
-        if self.value is not None:
-            all_reduce_gradients(list(self.value.parameters()))
+        all_reduce_gradients(self.trained)
         totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
         dist.all_reduce(totals)
         return dict(zip(sums, totals.tolist(), strict=True))

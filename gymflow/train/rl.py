@@ -261,11 +261,9 @@ def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> No
         "optimizer": learner.optimizer.state_dict(),
         "scheduler": learner.scheduler.state_dict(),
         "generator": learner.generator.get_state(),
-        "value_warm": learner.value_warm,
     }
     if learner.value is not None:
-        state["value"] = learner.value.state_dict()
-        state["value_optimizer"] = learner.value_optimizer.state_dict()
+        state["value"], state["value_warm"] = learner.value.head.state_dict(), learner.value.warm
     save_state(path, state)
 
 
@@ -281,14 +279,17 @@ def _restore(path: Path, learner: PolicyGradient, rollout_dir: Path) -> list[dic
         print(f"{rollout_dir} lacks whole tables of iterations 1-{len(state['rows'])}: starting afresh")
         shutil.rmtree(path.parent)
         return []
+    if "value_optimizer" in state:  # written before the value head joined the learner's optimizer
+        print(f"{path} is from an older learner: starting afresh")
+        shutil.rmtree(path.parent)
+        return []
     learner.model.load_state_dict(state["model"])
     learner.optimizer.load_state_dict(state["optimizer"])
     learner.scheduler.load_state_dict(state["scheduler"])
     learner.generator.set_state(state["generator"])
-    learner.value_warm = state["value_warm"]
     if learner.value is not None:
-        learner.value.load_state_dict(state["value"])
-        learner.value_optimizer.load_state_dict(state["value_optimizer"])
+        learner.value.head.load_state_dict(state["value"])
+        learner.value.warm = state["value_warm"]
     return state["rows"]
 
 
