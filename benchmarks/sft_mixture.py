@@ -9,7 +9,7 @@ it), trained for one pass under each variant from the same initial model, in the
 Prints per variant: training tokens per second (real tokens, no padding), the padded tokens per real token the
 length-grouped batches cost, the final loss, and each variant's speed over the stage's.
 
-    python benchmarks/sft_mixture.py [--rows 400] [--seed 0]
+    python benchmarks/sft_mixture.py [--rows 400] [--seed 0] [--repeats 1]
 Reads data/rollouts/trajectories and data/models/init (`dvc repro init_model`).
 """
 
@@ -37,6 +37,9 @@ def main() -> None:
     )
     parser.add_argument("--rows", type=int, default=400, help="rows drawn from the mixture (default 400)")
     parser.add_argument("--seed", type=int, default=0, help="the draw's seed (default 0)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds over the variants, each a range min-max (default 1)"
+    )
     args = parser.parse_args()
     sft = load_params().sft
     rows = mixture(paths.TRAJECTORY_ROLLOUTS, sft.envs)
@@ -51,20 +54,38 @@ def main() -> None:
         "fp32, no checkpointing": {"gradient_checkpointing": False, "bf16": False},
         "bf16 autocast, no checkpointing": {"gradient_checkpointing": False, "bf16": True},
     }
+    speeds: dict[str, list[float]] = {name: [] for name in variants}
+    ratios: dict[str, list[float]] = {name: [] for name in variants}  # each round's, over its stage speed
+    losses: dict[str, tuple[float, float]] = {}  # padded / real and the final loss (the same every round)
+    for _ in range(args.repeats):  # round-robin: a slow spell of a shared machine hits every variant alike
+        for name, changes in variants.items():
+            keep = mock.patch("gymflow.train.sft.causal_mask", lambda mask: mask)
+            with keep if name == "the padding mask passed" else nullcontext():
+                speed, padding, loss = timed_training(AssistantLossTrainer, cfg, data, **changes)
+            speeds[name].append(speed)
+            losses[name] = (padding, loss)
+            ratios[name].append(speed / speeds["as the stage trains"][-1])
     table = Table("variant", "tokens/s", "padded / real", "final loss", "speed / stage's")
-    base = None
-    for name, changes in variants.items():
-        keep = mock.patch("gymflow.train.sft.causal_mask", lambda mask: mask)
-        with keep if name == "the padding mask passed" else nullcontext():
-            speed, padding, loss = timed_training(AssistantLossTrainer, cfg, data, **changes)
-        base = base or speed
-        table.add_row(name, f"{speed:.0f}", f"{padding:.2f}", f"{loss:.4f}", f"{speed / base:.2f}x")
+    for name in variants:
+        table.add_row(
+            name,
+            _span(speeds[name], "{:.0f}"),
+            f"{losses[name][0]:.2f}",
+            f"{losses[name][1]:.4f}",
+            _span(ratios[name], "{:.2f}x"),
+        )
     Console().print(table)
     cpu = platform.processor() or platform.machine()
     print(
         f"{len(data)} rows of the sft mixture, batch {cfg.batch_size}, {torch.get_num_threads()} threads on "
         f"{cpu}; sft.bf16 {cfg.bf16} picks {'bf16' if use_bf16(cfg.bf16) else 'fp32'} here"
     )
+
+
+def _span(values: list[float], fmt: str) -> str:
+    """One value, or the range min-max of the rounds."""
+    low, high = min(values), max(values)
+    return fmt.format(low) if len(values) == 1 else f"{fmt.format(low)}-{fmt.format(high)}"
 
 
 if __name__ == "__main__":
