@@ -159,5 +159,5 @@ def test_a_checkpoint_of_the_older_learner_with_two_optimizers_starts_afresh(sta
     )
     path = tmp_path / "run" / "state.pt"
     path.parent.mkdir()
-    torch.save({"rows": [{}], "value_optimizer": {}}, path)
+    torch.save({"rows": [], "value_optimizer": {}}, path)  # no iteration: its rollouts are whole
     assert rl_loop._restore(path, learner, tmp_path / "rollouts") == [] and not path.parent.exists()

@@ -63,7 +63,7 @@ from gymflow.train.batching import length_chunks
 from gymflow.train.draws import iteration_seed
 from gymflow.train.logprobs import chosen_logprobs
 from gymflow.train.pg import ValueHead
-from gymflow.train.state import load_state, save_state
+from gymflow.train.state import load_parts, load_state, save_run
 
 CRITIC_FILE = "critic.json"  # in a critic directory: its config (the variant), so `load_critic` restores it
 SEPARATOR = "\n\n"  # after the hidden text, before the policy's first id
@@ -561,26 +561,22 @@ def _value_step(
     }
 
 
+def _parts(critic: TurnCritic, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    parts = {"model": critic.model, "optimizer": optimizer}
+    return parts | ({"head": critic.head} if critic.head is not None else {})
+
+
 def _save(
     path: Path, critic: TurnCritic, optimizer: torch.optim.Optimizer, rows: list[dict[str, Any]]
 ) -> None:
-    state = {"rows": rows, "model": critic.model.state_dict(), "optimizer": optimizer.state_dict()}
-    if critic.head is not None:
-        state["head"] = critic.head.state_dict()
-    save_state(path, state)
+    save_run(path, _parts(critic, optimizer), {"rows": rows})
 
 
 def _restore(path: Path, critic: TurnCritic, optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
     """The rows of the epochs in the checkpoint at `path`, the critic and optimizer set to their state after them;
     none if there is none. An unreadable checkpoint counts as none: the run starts afresh."""
     state = load_state(path)
-    if state is None:
-        return []
-    critic.model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    if critic.head is not None:
-        critic.head.load_state_dict(state["head"])
-    return state["rows"]
+    return [] if state is None else load_parts(state, _parts(critic, optimizer))["rows"]
 
 
 # ---- a critic on disk -------------------------------------------------------------------------------------

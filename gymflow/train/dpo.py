@@ -58,7 +58,7 @@ from gymflow.store.io import write_csv
 from gymflow.train.batching import length_chunks
 from gymflow.train.draws import iteration_seed
 from gymflow.train.logprobs import token_logprobs
-from gymflow.train.state import load_state, save_state
+from gymflow.train.state import load_parts, load_state, save_run
 
 CHECKPOINTS = 10  # per run, as SFT writes them
 # the curve's columns: per logged step, means over the steps since the row before (lr: the step's)
@@ -307,22 +307,13 @@ def _write_curve(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _save(path: Path, model, optimizer, scheduler, state: dict[str, Any]) -> None:
-    full = state | {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-    }
-    save_state(path, full)
+    save_run(path, {"model": model, "optimizer": optimizer, "scheduler": scheduler}, state)
 
 
 def _restore(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
     """The run's bookkeeping after the steps in the checkpoint at `path`, with model, optimizer and schedule
     set to their state then; a fresh run's if there is none. An unreadable checkpoint counts as none."""
-    fresh = {"step": 0, "rows": [], "seconds": 0.0, "tokens": 0.0, "pairs": 0}
     state = load_state(path)
     if state is None:
-        return fresh
-    model.load_state_dict(state.pop("model"))
-    optimizer.load_state_dict(state.pop("optimizer"))
-    scheduler.load_state_dict(state.pop("scheduler"))
-    return state
+        return {"step": 0, "rows": [], "seconds": 0.0, "tokens": 0.0, "pairs": 0}
+    return load_parts(state, {"model": model, "optimizer": optimizer, "scheduler": scheduler})

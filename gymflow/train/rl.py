@@ -42,7 +42,7 @@ from gymflow.store.io import is_intact, table_path, write_csv
 from gymflow.train.draws import draw_tasks, iteration_seed
 from gymflow.train.pg import LearnerConfig, PolicyGradient, TokenEpisode, process_group
 from gymflow.train.presets import switches
-from gymflow.train.state import load_state, save_state
+from gymflow.train.state import load_parts, load_state, save_run
 
 # Wall-clock figures of an iteration: kept in the checkpoint for the metrics, left out of the curve, whose
 # bytes then follow from the inputs alone (a rerun writes the same file).
@@ -254,17 +254,16 @@ def _write_curve(path: Path, rows: list[dict[str, Any]]) -> None:
     write_csv(path, rounded, fields)
 
 
+def _parts(learner: PolicyGradient) -> dict[str, Any]:
+    parts = {"model": learner.model, "optimizer": learner.optimizer, "scheduler": learner.scheduler}
+    return parts | ({"value": learner.value.head} if learner.value is not None else {})
+
+
 def _save(path: Path, learner: PolicyGradient, rows: list[dict[str, Any]]) -> None:
-    state = {
-        "rows": rows,
-        "model": learner.model.state_dict(),
-        "optimizer": learner.optimizer.state_dict(),
-        "scheduler": learner.scheduler.state_dict(),
-        "generator": learner.generator.get_state(),
-    }
+    bookkeeping = {"rows": rows, "generator": learner.generator.get_state()}
     if learner.value is not None:
-        state["value"], state["value_warm"] = learner.value.head.state_dict(), learner.value.warm
-    save_state(path, state)
+        bookkeeping["value_warm"] = learner.value.warm
+    save_run(path, _parts(learner), bookkeeping)
 
 
 def _restore(path: Path, learner: PolicyGradient, rollout_dir: Path) -> list[dict[str, Any]]:
@@ -283,14 +282,11 @@ def _restore(path: Path, learner: PolicyGradient, rollout_dir: Path) -> list[dic
         print(f"{path} is from an older learner: starting afresh")
         shutil.rmtree(path.parent)
         return []
-    learner.model.load_state_dict(state["model"])
-    learner.optimizer.load_state_dict(state["optimizer"])
-    learner.scheduler.load_state_dict(state["scheduler"])
-    learner.generator.set_state(state["generator"])
+    rest = load_parts(state, _parts(learner))
+    learner.generator.set_state(rest["generator"])
     if learner.value is not None:
-        learner.value.head.load_state_dict(state["value"])
-        learner.value.warm = state["value_warm"]
-    return state["rows"]
+        learner.value.warm = rest["value_warm"]
+    return rest["rows"]
 
 
 def _rollouts_intact(folder: Path, iterations: int) -> bool:

@@ -4,7 +4,7 @@ as none, so an interrupted run resumes and a broken checkpoint restarts the run 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -28,3 +28,25 @@ def load_state(path: Path) -> dict[str, Any] | None:
         print(f"{path} is unreadable ({type(e).__name__}); starting afresh")
         path.unlink()
         return None
+
+
+class Stateful(Protocol):
+    """What a run's checkpoint holds of a model, an optimizer, a schedule or a head."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+
+
+def save_run(path: Path, parts: dict[str, Stateful], bookkeeping: dict[str, Any]) -> None:
+    """A trainer's checkpoint: each part's state under its name, beside the run's own bookkeeping (rows of the
+    curve, steps, seconds), written whole or not at all."""
+    save_state(path, bookkeeping | {name: part.state_dict() for name, part in parts.items()})
+
+
+def load_parts(state: dict[str, Any], parts: dict[str, Stateful]) -> dict[str, Any]:
+    """Each part set to its state in a checkpoint `load_state` read; the bookkeeping that is left."""
+    rest = dict(state)
+    for name, part in parts.items():
+        part.load_state_dict(rest.pop(name))
+    return rest
