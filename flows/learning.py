@@ -1,6 +1,7 @@
 """Learning, shown: AgentEvol, rejection fine-tuning and expert iteration against their steps-matched controls,
 RL (LOOP, RLOO, GRPO) against SFT, and Best-of-N with a critic that reads the hidden layout against one that
-does not and a random pick, on held-out maze tasks over seeds, as DVC experiments (one
+does not and a random pick (SWEET-RL's advantage critics, `bon`, and value-head critics, `bonvalue`), on held-out
+maze tasks over seeds, as DVC experiments (one
 `dvc exp run --temp` per variant and seed), then one table and one plot.
 
     python -m flows.learning              # every variant x seed below, then the table and the plot
