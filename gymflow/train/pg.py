@@ -80,9 +80,8 @@ class ValueBaseline:
     train disjoint weights."""
 
     def __init__(self, hidden_size: int, switches: PGSwitches, device: torch.device, seed: int) -> None:
-        with torch.random.fork_rng(
-            devices=[]
-        ):  # its own draw: a resumed run builds the same head as a straight one
+        # its own draw of initial weights: a resumed run builds the same head as a straight one
+        with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.head = ValueHead(hidden_size).to(device)
         self.sw, self.device = switches, device
@@ -194,9 +193,7 @@ class PolicyGradient:
             self.value = ValueBaseline(model.config.hidden_size, self.sw, self.device, config.seed)
             groups.append(self.value.param_group())
         self.trained = [p for group in groups for p in group["params"]]
-        if (
-            self.processes > 1
-        ):  # the first process's weights (LoRA adapters, a value head start random) everywhere
+        if self.processes > 1:  # the first process's weights everywhere (LoRA adapters, a value head: random)
             _broadcast(self.trained)
         self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=0.0)
         # Linear warm-up of the policy's rate over the first `warmup` steps: Adam's first steps move every weight
