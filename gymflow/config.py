@@ -154,6 +154,11 @@ class SFTParams(Section):
     lora_rank: int = Field(
         0, ge=0, le=MAX_WIDTH, description="0: full fine-tuning (the tiny default); > 0: LoRA of that rank"
     )
+    activation_checkpointing: bool = Field(
+        False,
+        description="recompute each layer's activations in the backward pass: less memory for a large model or "
+        "long episodes, at the cost of a second forward pass (TRL's default; the tiny default does not need it)",
+    )
     seed: int = 0
     log_every: int = Field(10, ge=1)
 

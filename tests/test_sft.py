@@ -100,6 +100,23 @@ def test_a_short_run_learns_the_expert_replies_and_saves_a_model(tmp_path, data_
     assert not (tmp_path / "sft.checkpoints").exists()  # removed once the model is saved
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_activation_checkpointing_is_the_parameters_choice(tmp_path, data_dir, init_dir, checkpointing):
+    from datasets import Dataset
+
+    from gymflow.train.sft import AssistantLossTrainer
+
+    cfg = SFTParams(envs={"maze": 1}, batch_size=4, bf16=False, activation_checkpointing=checkpointing)
+    trainer = AssistantLossTrainer(
+        model=AutoModelForCausalLM.from_pretrained(init_dir),
+        args=sft_args(cfg, tmp_path),  # TRL's SFTConfig would checkpoint unless told otherwise
+        train_dataset=Dataset.from_list(conversations(data_dir, ["maze"])[:4]),
+        processing_class=AutoTokenizer.from_pretrained(init_dir),
+    )
+    trainer.train()
+    assert trainer.model.is_gradient_checkpointing is checkpointing
+
+
 def test_the_mixture_repeats_each_environment_by_its_passes(tmp_path, data_dir):
     env = make_env("wordle")
     wordle = build_splits(type(env), 3, 0, seed=0)["train"]

@@ -277,6 +277,7 @@ def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTCo
         padding_free=False,  # needs FlashAttention; on CPU, batches of similar length waste little instead
         train_sampling_strategy="group_by_length",
         bf16=use_bf16(cfg.bf16),
+        activation_checkpointing=cfg.activation_checkpointing,
         use_cpu=not torch.cuda.is_available(),
         seed=cfg.seed,
         logging_steps=cfg.log_every,
