@@ -154,6 +154,11 @@ class SFTParams(Section):
     lora_rank: int = Field(
         0, ge=0, le=MAX_WIDTH, description="0: full fine-tuning (the tiny default); > 0: LoRA of that rank"
     )
+    processes: PositiveInt | Literal["auto"] = Field(
+        "auto",
+        description="training processes on a CPU, one thread each, data-parallel (the same result as one); auto: "
+        "one per core without a GPU, one with a GPU (several GPUs: accelerate launch)",
+    )
     activation_checkpointing: bool = Field(
         False,
         description="recompute each layer's activations in the backward pass: less memory for a large model or "

@@ -1,17 +1,20 @@
 """Stage `sft`: behaviour cloning of the initial model on AgentTraj (`sft.envs`: passes per environment),
 loss on assistant tokens.
 
-    dvc repro sft                 # or: python -m stages.sft
-    accelerate launch --multi_gpu --num_processes 4 -m stages.sft   # data-parallel, same result
+    dvc repro sft                 # or: python -m stages.sft (on a CPU, one process per core: sft.processes)
+    accelerate launch --multi_gpu --num_processes 4 -m stages.sft   # data-parallel on GPUs, same result
 Writes data/models/sft (a Hugging Face model directory), data/plots/sft.csv (loss per step, `dvc plots show`)
 and data/metrics/sft.json (final loss, episodes, training tokens per second, wall time).
 """
+
+import sys
 
 from gymflow import paths
 from gymflow.config import load_params
 from gymflow.errors import UserError
 from gymflow.models.build import resolve
 from gymflow.stage import main_process, run_stage, write_metrics
+from gymflow.train.cores import over_cores, training_processes
 from gymflow.train.sft import mixture, train_sft
 
 
@@ -24,7 +27,10 @@ def main() -> None:
         raise UserError(
             f"no AgentTraj episodes for {list(params.sft.envs)}: run `dvc repro trajectories` first"
         )
-    metrics = train_sft(resolve(paths.model("init")), paths.model("sft"), data, params.sft, paths.plot("sft"))
+    with over_cores(training_processes(params.sft.processes), [sys.executable, "-m", "stages.sft"]):
+        metrics = train_sft(
+            resolve(paths.model("init")), paths.model("sft"), data, params.sft, paths.plot("sft")
+        )
     if main_process():
         write_metrics("sft", metrics)
         print(", ".join(f"{k} {v}" for k, v in metrics.items()))

@@ -162,6 +162,18 @@ def two(root) -> Path:
     return root / "two"
 
 
+@pytest.fixture(scope="module")
+def cores(root) -> Path:
+    """SFT as the stage runs it on a CPU with `sft.processes` 2 (`gymflow.train.cores.over_cores`): this module run
+    as a script, which starts its second process itself."""
+    env = os.environ | {"CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, __file__, str(root), "--cores"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return root / "cores"
+
+
 # ---- SFT --------------------------------------------------------------------------------------------------------
 
 
@@ -174,8 +186,12 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return AutoModelForCausalLM.from_pretrained(folder).state_dict()
 
 
-@pytest.mark.slow  # `accelerate launch`: two training processes
-def test_two_process_sft_has_one_process_loss_curve_and_weights(one, two):
+@pytest.mark.slow  # `accelerate launch`, or the stage's own second process: two training processes
+@pytest.mark.parametrize("launch", ["two", "cores"])
+def test_two_process_sft_has_one_process_loss_curve_and_weights(one, launch, request):
+    two = request.getfixturevalue(launch)
+    if launch == "cores":
+        assert json.loads((two / "world.json").read_text()) == 2
     curve_one, curve_two = _curve(one / "sft.csv"), _curve(two / "sft.csv")
     assert [s for s, _ in curve_one] == [1, 2, 3, 4, 5, 6]  # ceil(21 / 4) steps of the global batch
     assert [s for s, _ in curve_two] == [1, 2, 3, 4, 5, 6]
@@ -342,7 +358,16 @@ def test_indivisible_global_batch_is_a_user_error(monkeypatch):
         sft.sft_args(SFT, Path("out"))
 
 
-if __name__ == "__main__":  # one of the launched processes
+if __name__ == "__main__" and sys.argv[2:] == ["--cores"]:  # SFT over two cores, as stages.sft runs it
+    from gymflow.train.cores import over_cores
+
+    (Path(sys.argv[1]) / "cores").mkdir(exist_ok=True)
+    with over_cores(2, [sys.executable, *sys.argv]):
+        _sft(Path(sys.argv[1]), Path(sys.argv[1]) / "cores")
+        if os.environ["RANK"] == "0":  # how many processes trained
+            world = torch.distributed.get_world_size()
+            (Path(sys.argv[1]) / "cores" / "world.json").write_text(json.dumps(world))
+elif __name__ == "__main__":  # one of the processes `accelerate launch` started
     from accelerate import PartialState
 
     state = PartialState(cpu=True)
