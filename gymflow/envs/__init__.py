@@ -10,6 +10,7 @@ from gymflow.envs.apps.env import Apps
 from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
 from gymflow.envs.colbench import ColBench, ColBenchSingle
 from gymflow.envs.maze import Maze
+from gymflow.envs.sql import Sql
 from gymflow.errors import UserError
 
 
@@ -63,6 +64,7 @@ ENVS: dict[str, type[Env]] = {
     "colbench": ColBench,
     "colbench_single": ColBenchSingle,
     "apps": Apps,
+    "sql": Sql,
 }
 
 
