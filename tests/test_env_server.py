@@ -18,6 +18,7 @@ from gymflow.envs.base import Env, EnvSpec, Step, Task, out_of_turns
 from gymflow.envs.household import Household
 from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
+from gymflow.envs.sql import Sql
 from gymflow.envs.textcraft import TextCraft
 from gymflow.envs.wordle import Wordle, word_lists
 from gymflow.errors import UserError
@@ -30,6 +31,7 @@ CRAFT = build_splits(TextCraft, 0, 4, seed=0)["eval"]
 MAZES = build_splits(Maze, 0, 3, seed=0)["eval"]
 WORDS = build_splits(Wordle, 0, 3, seed=0)["eval"]
 BABY = build_splits(BabyAI, 0, 3, seed=0)["eval"]
+QUERIES = build_splits(Sql, 0, 3, seed=0)["eval"]
 # What AgentGym's TextCraft and BabyAI clients keep of an action (they drop every other character).
 CLIENT_CHARS = re.compile(r"[A-Za-z0-9, ]*")
 
@@ -663,3 +665,28 @@ def test_agentgym_client_classes_play_full_episodes(env, request):
         assert out.done and out.reward == local.reward and local.spec.is_success(local.reward)
         if env != "babyai":
             assert client.info["reward"] == local.reward  # its sum of the step rewards
+
+
+def test_agentgym_sqlgym_client_plays_one_step_episodes_under_sqlgym():
+    """SqlGymEnvClient: create with an empty POST (the answer is the id itself), reset with {"item_id",
+    "env_idx"} (the answer: [observation, null]), step with the SQL it cut from a ```sql block ({state, reward,
+    done}), GET /observation?env_idx=. The SQL alone is a submit: SQLGym's one-step episode."""
+    client = TestClient(create_app("sql", QUERIES))
+    sid = client.post("/sqlgym/create").json()
+    assert isinstance(sid, int)
+    for idx, right in ((2, True), (0, False)):
+        task, local = QUERIES[idx], make_env("sql")
+        observation, extra = client.post("/sqlgym/reset", json={"item_id": idx, "env_idx": sid}).json()
+        assert observation == local.reset(task) and extra is None
+        assert client.get(f"/sqlgym/observation?env_idx={sid}").json() == observation
+        sql = task.hidden["gold"] if right else "SELECT 1"
+        reply = f"Thought: I count them.\n\nAction: ```sql\n{sql}\n```"
+        action = reply.split("```sql")[-1].split("```")[0].strip()  # what the client sends
+        out = client.post("/sqlgym/step", json={"action": action, "env_idx": sid}).json()
+        step = local.step(action)
+        assert out == {"state": step.observation, "reward": float(right), "done": True, "info": {}}
+    assert client.post("/sqlgym/step", json={"action": "SELECT 1", "env_idx": sid}).status_code == 409
+    assert client.post("/sqlgym/reset", json={"item_id": 99, "env_idx": sid}).status_code == 400
+    assert client.post("/sqlgym/step", json={"action": "SELECT 1", "env_idx": sid + 7}).status_code == 404
+    assert client.post("/sqlgym/step", json={"env_idx": sid}).status_code == 400
+    assert TestClient(create_app("maze", MAZES)).post("/sqlgym/create").status_code == 404  # sql's alone

@@ -38,7 +38,7 @@ import itertools
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,43 +326,40 @@ def create_app(
         session = sessions.get(req.id)
         return await run_in_threadpool(reset, req.id, session, pick(req.data_idx, req.task))
 
+    def play_step(sid: int, session: EnvSession, action: str) -> dict[str, Any]:
+        with session.lock:
+            before = session.env.reward
+            if session.truncated:
+                raise BadRequest(
+                    f"session {sid}'s episode ended at its turn limit ({limit} turns, --max-turns): "
+                    "reset it (POST /reset) to play again",
+                    status=409,
+                )
+            try:
+                out = session.env.step(action)
+            except EpisodeOver:
+                raise BadRequest(
+                    f"session {sid}'s episode is over: reset it (POST /reset) to play again", status=409
+                ) from None
+            session.observation = out.observation
+            session.truncated = out_of_turns(session.env, limit)
+            env = session.env
+        added = out.reward - before
+        return {
+            "observation": out.observation,
+            "reward": added if step_rewards else out.reward,
+            "score": out.reward,
+            "step_reward": added,
+            "done": out.done or session.truncated,
+            "truncated": session.truncated,
+            "turns": env.turns,
+            "max_turns": limit,
+        }
+
     @router.post("/step")
     async def step(request: Request) -> dict[str, Any]:
         req = await body(request, StepBody)
-        session = sessions.get(req.id)
-
-        def play() -> dict[str, Any]:
-            with session.lock:
-                before = session.env.reward
-                if session.truncated:
-                    raise BadRequest(
-                        f"session {req.id}'s episode ended at its turn limit ({limit} turns, --max-turns): "
-                        "reset it (POST /reset) to play again",
-                        status=409,
-                    )
-                try:
-                    out = session.env.step(req.action)
-                except EpisodeOver:
-                    raise BadRequest(
-                        f"session {req.id}'s episode is over: reset it (POST /reset) to play again",
-                        status=409,
-                    ) from None
-                session.observation = out.observation
-                session.truncated = out_of_turns(session.env, limit)
-                env = session.env
-            added = out.reward - before
-            return {
-                "observation": out.observation,
-                "reward": added if step_rewards else out.reward,
-                "score": out.reward,
-                "step_reward": added,
-                "done": out.done or session.truncated,
-                "truncated": session.truncated,
-                "turns": env.turns,
-                "max_turns": limit,
-            }
-
-        return await run_in_threadpool(play)
+        return await run_in_threadpool(play_step, req.id, sessions.get(req.id), req.action)
 
     @router.get("/observation")
     def observation(id: int) -> str:
@@ -410,7 +407,64 @@ def create_app(
 
     app.include_router(router)
     app.include_router(router, prefix=f"/{env_name}")
+    if env_name == "sql":
+        app.include_router(_sqlgym_router(sessions, body, pick, reset, play_step), prefix="/sqlgym")
     return app
+
+
+class SqlGymReset(_Body):
+    env_idx: StrictInt
+    item_id: StrictInt = 0
+
+
+class SqlGymStep(_Body):
+    env_idx: StrictInt
+    action: StrictStr
+
+
+def _sqlgym_router(
+    sessions: EnvSessions,
+    body: Callable[[Request, type[BaseModel]], Awaitable[Any]],
+    pick: Callable[[int | None, dict[str, Any] | None], Task],
+    reset: Callable[[int, EnvSession, Task], dict[str, Any]],
+    play_step: Callable[[int, EnvSession, str], dict[str, Any]],
+) -> APIRouter:
+    """AgentGym's SQLGym protocol (agentenv/envs/sqlgym.py), under /sqlgym/: create answers the session id
+    alone, sessions are `env_idx`, tasks `item_id` (here the server's own tasks, not BIRD's 10,962), a step
+    answers {state, reward, done, info}. Its client sends the SQL of a ```sql block alone, which `sql` plays
+    as a submit: a one-step episode, as SQLGym's."""
+    router = APIRouter()
+
+    def created() -> int:
+        sid, session = sessions.open()
+        try:
+            reset(sid, session, pick(0, None))
+        except BaseException:
+            sessions.close(sid)
+            raise
+        return sid
+
+    @router.post("/create")
+    async def create() -> int:
+        return await run_in_threadpool(created)
+
+    @router.post("/reset")
+    async def reset_(request: Request) -> tuple[str, None]:
+        req = await body(request, SqlGymReset)
+        session, task = sessions.get(req.env_idx), pick(req.item_id, None)
+        return (await run_in_threadpool(reset, req.env_idx, session, task))["observation"], None
+
+    @router.post("/step")
+    async def step(request: Request) -> dict[str, Any]:
+        req = await body(request, SqlGymStep)
+        out = await run_in_threadpool(play_step, req.env_idx, sessions.get(req.env_idx), req.action)
+        return {"state": out["observation"], "reward": out["score"], "done": out["done"], "info": {}}
+
+    @router.get("/observation")
+    def observation(env_idx: int) -> str:
+        return sessions.get(env_idx).observation
+
+    return router
 
 
 async def _has_body(request: Request) -> bool:
