@@ -1,0 +1,198 @@
+"""What AgentGym's tool environments (Weather, Movie, Academia, TODOList, Sheet, from AgentBoard) share: tools
+called as `name with Action Input: {JSON}`, their documentation in the system prompt, errors as observations,
+and AgentBoard's progress rate.
+
+An environment lists its tools (`Tool`: name, parameters, what it returns, and the method that runs it) and its
+tasks carry, in `hidden`, the answer and the subgoals: the values a solver meets on the way (a city's
+coordinates, a day's temperature, the answer last). Each tool call's result is a subgoal the episode reached;
+the reward is the fraction of the task's subgoals reached so far, AgentBoard's progress rate, and 1.0 with
+success when `finish` gives the answer. A tool that does not exist, input that is not a JSON object, missing
+or unknown arguments, arguments of the wrong type and a tool's own refusal (`ToolError`) are observations that
+say what was wrong; the episode goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gymflow.envs.base import Env, Step, echo
+
+ACTION = re.compile(r"(\w+)\s+with\s+Action\s+Input:\s*(.*)", re.IGNORECASE | re.DOTALL)
+TYPES: dict[str, tuple[type, ...]] = {
+    "number": (int, float),
+    "string": (str,),
+    "integer": (int,),
+    "array": (list,),
+}
+MAX_NUMBER = 1e12  # what a tool's number may be at most (no world needs more)
+ANSWER_TOLERANCE = 0.01  # relative, for numbers; at least 0.05 absolute (one decimal as tools round)
+
+
+class ToolError(Exception):
+    """A tool's documented refusal (no such city, a date out of range): its message is the observation."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    params: tuple[tuple[str, str, str], ...]  # (name, type in TYPES, description)
+    returns: str
+
+    def doc(self) -> str:
+        lines = [
+            f"Name: {self.name}({', '.join(p for p, _, _ in self.params)})",
+            f"Description: {self.description}",
+        ]
+        if self.params:
+            lines += ["Parameters:", *(f"- {p} (Type: {t}): {d}" for p, t, d in self.params)]
+        return "\n".join([*lines, f"Returns:\n{self.returns}"])
+
+
+FINISH = Tool(
+    "finish", "Return an answer and finish the task", (("answer", "any", "the answer"),), "The end."
+)
+
+
+def system_prompt(intro: str, tools: list[Tool], example: str) -> str:
+    """AgentGym's tool prompt: what the agent is, every tool's documentation, the action format, an example."""
+    docs = "\n\n".join(t.doc() for t in [*tools, FINISH])
+    return (
+        f"{intro} We detail name, description, input (parameters) and output (returns) of each action as "
+        f"follows:\n{docs}\n\nAnswer in the format:\nThought: <your thought>\nAction: <action name> with "
+        f"Action Input: <a JSON object of its parameters>\n\nFor example:\n{example}"
+    )
+
+
+def same_answer(given: Any, expected: Any) -> bool:
+    """A finish answer against the task's: numbers within ANSWER_TOLERANCE, strings without case or the spaces
+    around them, lists as sets of those."""
+    if isinstance(expected, list):
+        if not isinstance(given, list) or len(given) != len(expected):
+            return False
+        rest = list(given)
+        for e in expected:
+            hit = next((g for g in rest if same_answer(g, e)), None)
+            if hit is None:
+                return False
+            rest.remove(hit)
+        return True
+    if isinstance(expected, int | float) and not isinstance(expected, bool):
+        number = _number(given)
+        return number is not None and math.isclose(number, expected, rel_tol=ANSWER_TOLERANCE, abs_tol=0.05)
+    return (
+        isinstance(given, str | int | float) and str(given).strip().lower() == str(expected).strip().lower()
+    )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        return None
+
+
+class ToolEnv(Env):
+    """An environment of tools. Subclasses give `tools()` (name -> (Tool, the callable that runs it on keyword
+    arguments)) and tasks whose hidden dict holds "answer" and "subgoals"."""
+
+    def tools(self) -> dict[str, tuple[Tool, Callable[..., Any]]]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Before the first step: what `tools` read (subclasses set up the task's world here)."""
+        self.reached: list[Any] = []  # every tool result so far, and the answer last
+
+    def progress(self) -> float:
+        """AgentBoard's progress rate: the share of the task's subgoals met by a value of some result so far
+        (a number, a string, or one inside a result's lists and objects)."""
+        goals = self.task.hidden["subgoals"] if self.task else []
+        values = [v for result in self.reached for v in _leaves(result)]
+        met = sum(any(same_answer(v, goal) for v in values) for goal in goals)
+        return met / len(goals) if goals else 0.0
+
+    def _step(self, action: str) -> Step:
+        match = ACTION.fullmatch(action)
+        if match is None:
+            return self._told(
+                f'Invalid action "{echo(action)}". Write: <action name> with Action Input: {{...}}'
+            )
+        name, raw = match.group(1), match.group(2).strip()
+        try:
+            args = json.loads(raw or "{}")
+        except ValueError:
+            return self._told(
+                f'Action Input "{echo(raw)}" is not JSON; give a JSON object such as {{"name": "x"}}'
+            )
+        if not isinstance(args, dict):
+            return self._told("Action Input must be a JSON object of the parameters, e.g. {}")
+        if name == "finish":
+            if set(args) != {"answer"}:
+                return self._told('finish takes one parameter: {"answer": ...}')
+            right = same_answer(args["answer"], self.task.hidden["answer"])
+            self.reached.append(args["answer"])
+            reward = 1.0 if right else self.progress()
+            return Step(f"Finished with answer {echo(json.dumps(args['answer']), 80)}.", reward, True)
+        tools = self.tools()
+        if name not in tools:
+            return self._told(f'No action "{echo(name)}". Actions: {", ".join([*tools, "finish"])}.')
+        tool, run = tools[name]
+        problem = _argument_problem(tool, args)
+        if problem:
+            return self._told(problem)
+        try:
+            result = run(**args)
+        except ToolError as e:
+            return self._told(f"Error: {e}")
+        self.reached.append(result)
+        return Step(result if isinstance(result, str) else json.dumps(result), self.progress(), False)
+
+    def _told(self, text: str) -> Step:
+        return Step(text, self.progress(), False)
+
+
+def _argument_problem(tool: Tool, args: dict[str, Any]) -> str | None:
+    """Why `args` do not fit `tool`'s parameters, or None."""
+    names = [p for p, _, _ in tool.params]
+    missing, unknown = [n for n in names if n not in args], [a for a in args if a not in names]
+    if missing or unknown:
+        return f"{tool.name} takes ({', '.join(names)}): " + "; ".join(
+            ([f"missing {', '.join(missing)}"] if missing else [])
+            + ([f"unknown {', '.join(map(echo, unknown))}"] if unknown else [])
+        )
+    for name, kind, _ in tool.params:
+        value = args[name]
+        if kind in TYPES and (isinstance(value, bool) or not isinstance(value, TYPES[kind])):
+            return f"{tool.name}: {name} must be a {kind}, not {echo(json.dumps(value), 30)}"
+        if kind in ("number", "integer") and not _finite(value):
+            return f"{tool.name}: {name} must be a finite number of at most {MAX_NUMBER:g} in size"
+    return None
+
+
+def _finite(value: float) -> bool:
+    """NaN, infinities and numbers too large for a float (JSON allows 1e400 and 10**400) are refused."""
+    try:
+        return math.isfinite(value) and abs(value) <= MAX_NUMBER
+    except OverflowError:
+        return False
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """The plain values inside a tool's result."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
