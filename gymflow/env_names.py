@@ -25,6 +25,7 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     },  # endless (12 templates x scenario seeds x 3 variants); ~0.6 ms, ~2 KB per task
     "sql": {"total": 5_000},  # endless (3 schemas x 40 databases x 24 templates and their values)
     "weather": {"total": 20_000},  # endless (8 templates x 40 cities x 700 days)
+    "todo": {"total": 20_000},  # endless (8 templates x generated accounts)
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
 # name -> the observation formats it can show (`instructions.views`; the first is the default) and who can play

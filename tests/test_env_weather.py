@@ -41,19 +41,23 @@ def test_every_template_and_level_is_drawn_and_the_expert_solves_50_through_the_
 
 
 def test_progress_rate_counts_the_subgoals_met_and_a_right_finish_is_one():
-    """yesterday_mean's five subgoals: the city, today's date, its latitude and longitude, the answer."""
+    """yesterday_mean's five subgoals (the city, today's date, its latitude and longitude, the answer) and a right
+    finish: six."""
     env = make_env("weather")
     task = _task("yesterday_mean")
     hidden = task.hidden
     env.reset(task)
-    assert env.step("get_user_current_location with Action Input: {}").reward == pytest.approx(1 / 5)
-    assert env.step("get_user_current_date with Action Input: {}").reward == pytest.approx(2 / 5)
+    assert env.step("get_user_current_location with Action Input: {}").reward == pytest.approx(1 / 6)
+    assert env.step("get_user_current_date with Action Input: {}").reward == pytest.approx(2 / 6)
     call(env, "get_latitude_longitude", name=hidden["current_location"])
-    assert env.step("get_user_current_date with Action Input: {}").reward == pytest.approx(
-        4 / 5
-    )  # no double count
-    wrong = env.step('finish with Action Input: {"answer": -999}')
-    assert wrong.done and wrong.reward == pytest.approx(4 / 5)
+    again = env.step("get_user_current_date with Action Input: {}")  # a subgoal met twice counts once
+    assert again.reward == pytest.approx(4 / 6)
+    day = (date.fromisoformat(hidden["current_date"]) - timedelta(days=1)).isoformat()
+    place = cities()[hidden["current_location"]]
+    at = {"latitude": place["latitude"], "longitude": place["longitude"], "start_date": day, "end_date": day}
+    assert env.step(f"get_historical_temp with Action Input: {json.dumps(at)}").reward == pytest.approx(5 / 6)
+    wrong = env.step('finish with Action Input: {"answer": -999}')  # every value seen, a wrong answer given
+    assert wrong.done and wrong.reward == pytest.approx(5 / 6) and not Weather.spec.is_success(wrong.reward)
     env.reset(task)
     assert env.step(f"finish with Action Input: {json.dumps({'answer': hidden['answer']})}").reward == 1.0
 

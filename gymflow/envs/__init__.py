@@ -11,6 +11,7 @@ from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
 from gymflow.envs.colbench import ColBench, ColBenchSingle
 from gymflow.envs.maze import Maze
 from gymflow.envs.sql import Sql
+from gymflow.envs.todo import Todo
 from gymflow.envs.weather import Weather
 from gymflow.errors import UserError
 
@@ -67,6 +68,7 @@ ENVS: dict[str, type[Env]] = {
     "apps": Apps,
     "sql": Sql,
     "weather": Weather,
+    "todo": Todo,
 }
 
 

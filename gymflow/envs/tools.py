@@ -5,8 +5,8 @@ and AgentBoard's progress rate.
 An environment lists its tools (`Tool`: name, parameters, what it returns, and the method that runs it) and its
 tasks carry, in `hidden`, the answer and the subgoals: the values a solver meets on the way (a city's
 coordinates, a day's temperature, the answer last). Each tool call's result is a subgoal the episode reached;
-the reward is the fraction of the task's subgoals reached so far, AgentBoard's progress rate, and 1.0 with
-success when `finish` gives the answer. A tool that does not exist, input that is not a JSON object, missing
+the reward is the fraction of the task's subgoals reached so far, AgentBoard's progress rate, counting a right
+`finish` as one more subgoal, so that 1.0 (success) is reached only there. A tool that does not exist, input that is not a JSON object, missing
 or unknown arguments, arguments of the wrong type and a tool's own refusal (`ToolError`) are observations that
 say what was wrong; the episode goes on.
 """
@@ -112,13 +112,19 @@ class ToolEnv(Env):
         """Before the first step: what `tools` read (subclasses set up the task's world here)."""
         self.reached: list[Any] = []  # every tool result so far, and the answer last
 
+    def finished_right(self, answer: Any) -> bool:
+        """Whether `finish` with `answer` succeeds: the task's answer by default (a change checks the state)."""
+        return same_answer(answer, self.task.hidden["answer"])
+
     def progress(self) -> float:
-        """AgentBoard's progress rate: the share of the task's subgoals met by a value of some result so far
-        (a number, a string, or one inside a result's lists and objects)."""
+        """AgentBoard's progress rate, with a right finish as the last subgoal: the share of the task's
+        subgoals met by a value of some result so far (a number, a string, or one inside a result's lists and
+        objects), over one more than their number. So only a right finish reaches 1, the success threshold, as
+        a change with collateral damage or a wrong answer after every value was seen must not."""
         goals = self.task.hidden["subgoals"] if self.task else []
         values = [v for result in self.reached for v in _leaves(result)]
         met = sum(any(same_answer(v, goal) for v in values) for goal in goals)
-        return met / len(goals) if goals else 0.0
+        return met / (len(goals) + 1)
 
     def _step(self, action: str) -> Step:
         match = ACTION.fullmatch(action)
@@ -138,7 +144,7 @@ class ToolEnv(Env):
         if name == "finish":
             if set(args) != {"answer"}:
                 return self._told('finish takes one parameter: {"answer": ...}')
-            right = same_answer(args["answer"], self.task.hidden["answer"])
+            right = self.finished_right(args["answer"])
             self.reached.append(args["answer"])
             reward = 1.0 if right else self.progress()
             return Step(f"Finished with answer {echo(json.dumps(args['answer']), 80)}.", reward, True)
