@@ -26,6 +26,7 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     "sql": {"total": 5_000},  # endless (3 schemas x 40 databases x 24 templates and their values)
     "weather": {"total": 20_000},  # endless (8 templates x 40 cities x 700 days)
     "todo": {"total": 20_000},  # endless (8 templates x generated accounts)
+    "movie": {"total": 1_500},  # 10 templates over a fixed world; 600 easy questions, balanced draws
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
 # name -> the observation formats it can show (`instructions.views`; the first is the default) and who can play

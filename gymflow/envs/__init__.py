@@ -10,6 +10,7 @@ from gymflow.envs.apps.env import Apps
 from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
 from gymflow.envs.colbench import ColBench, ColBenchSingle
 from gymflow.envs.maze import Maze
+from gymflow.envs.movie import Movie
 from gymflow.envs.sql import Sql
 from gymflow.envs.todo import Todo
 from gymflow.envs.weather import Weather
@@ -69,6 +70,7 @@ ENVS: dict[str, type[Env]] = {
     "sql": Sql,
     "weather": Weather,
     "todo": Todo,
+    "movie": Movie,
 }
 
 
