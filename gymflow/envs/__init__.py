@@ -6,6 +6,7 @@ environment whose library is not installed (a lent GPU machine has no minigrid) 
 missing package when used, so the others still load (`benchmarks/gpu_check.py` plays maze there).
 """
 
+from gymflow.envs.academia import Academia
 from gymflow.envs.apps.env import Apps
 from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
 from gymflow.envs.colbench import ColBench, ColBenchSingle
@@ -71,6 +72,7 @@ ENVS: dict[str, type[Env]] = {
     "weather": Weather,
     "todo": Todo,
     "movie": Movie,
+    "academia": Academia,
 }
 
 
