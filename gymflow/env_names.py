@@ -27,7 +27,8 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     "weather": {"total": 20_000},  # endless (8 templates x 40 cities x 700 days)
     "todo": {"total": 20_000},  # endless (8 templates x generated accounts)
     "movie": {"total": 1_500},  # 10 templates over a fixed world; 600 easy questions, balanced draws
-    "academia": {"total": 900},  # 7 templates over a fixed literature; 330 easy questions, balanced draws
+    "academia": {"total": 900},  # 9 templates over a fixed literature; 410 easy questions, balanced draws
+    "sheet": {"total": 20_000},  # endless (7 templates x generated workbooks)
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
 # name -> the observation formats it can show (`instructions.views`; the first is the default) and who can play
