@@ -20,6 +20,7 @@ from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.envs.sql import Sql
 from gymflow.envs.textcraft import TextCraft
+from gymflow.envs.weather import Weather
 from gymflow.envs.wordle import Wordle, word_lists
 from gymflow.errors import UserError
 from gymflow.remote.env_client import EnvMaker, EnvUnavailable, HttpEnv
@@ -690,3 +691,27 @@ def test_agentgym_sqlgym_client_plays_one_step_episodes_under_sqlgym():
     assert client.post("/sqlgym/step", json={"action": "SELECT 1", "env_idx": sid + 7}).status_code == 404
     assert client.post("/sqlgym/step", json={"env_idx": sid}).status_code == 400
     assert TestClient(create_app("maze", MAZES)).post("/sqlgym/create").status_code == 404  # sql's alone
+
+
+def test_agentgym_tool_clients_play_full_episodes_under_agentgym():
+    """WeatherEnvClient and its siblings (agentenv/envs/weather.py): create with {"id": task} (the answer is the
+    session id alone), reset with {"id", "env_idx"} (the answer: the observation), step with the model's whole
+    reply ({observation, reward, done}), GET /observation?env_idx=."""
+    tasks = build_splits(Weather, 0, 3, seed=0)["eval"]
+    client = TestClient(create_app("weather", tasks))
+    sid = client.post("/agentgym/create", json={"id": 0}).json()
+    assert isinstance(sid, int)
+    for idx in (2, 1):
+        local = make_env("weather")
+        observation = client.post("/agentgym/reset", json={"id": idx, "env_idx": sid}).json()
+        assert observation == local.reset(tasks[idx])
+        assert client.get(f"/agentgym/observation?env_idx={sid}").json() == observation
+        while not local.done:
+            thought, action = local.expert_step()
+            reply = f"Thought: {thought}\n\nAction: {action}"  # what the client sends
+            out = client.post("/agentgym/step", json={"action": reply, "env_idx": sid}).json()
+            step = local.step(reply)
+            assert out == {"observation": step.observation, "reward": step.reward, "done": step.done}
+        assert out["reward"] == 1.0
+    assert client.post("/agentgym/reset", json={"id": 99, "env_idx": sid}).status_code == 400
+    assert TestClient(create_app("maze", MAZES)).post("/agentgym/create", json={"id": 0}).status_code == 404

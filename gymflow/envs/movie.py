@@ -13,7 +13,6 @@ person's films. The reward is AgentBoard's progress rate with a right finish as 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from functools import lru_cache
@@ -22,7 +21,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import Tool, ToolEnv, ToolError, system_prompt
+from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, system_prompt
 
 LEVELS = ("easy", "medium", "hard")
 ADJECTIVES = [
@@ -472,6 +471,7 @@ class Movie(ToolEnv):
         ),
         reward_range=(0.0, 1.0),
         success_threshold=1.0,
+        max_action_chars=ACTION_CHARS,
         max_turns=15,
         expert="the template's plan",
     )
@@ -511,21 +511,7 @@ class Movie(ToolEnv):
                 "the instruction, answer and subgoals are not what the template makes of these choices"
             )
         self.plan = out[4]
-        self.called: set[str] = set()
         return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
-
-    def _step(self, action: str) -> Any:
-        step = super()._step(action)
-        self.called.add(" ".join(action.split()))
-        return step
-
-    def expert_step(self) -> tuple[str, str]:
-        for thought, tool, args in self.plan:
-            action = f"{tool} with Action Input: {json.dumps(args)}"
-            if " ".join(action.split()) not in self.called:
-                return thought, action
-        answer = self.task.hidden["answer"]
-        return "That answers the question.", f"finish with Action Input: {json.dumps({'answer': answer})}"
 
     # ---- the tools ----------------------------------------------------------------------------------------------
 

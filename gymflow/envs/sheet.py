@@ -14,7 +14,6 @@ right finish as the last subgoal (`gymflow.envs.tools`); the expert plays its te
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import Tool, ToolEnv, ToolError, same_answer, system_prompt
+from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, same_answer, system_prompt
 
 LEVELS = ("easy", "medium", "hard")
 SHEETS = tuple(f"Sheet{i}" for i in range(1, 6))
@@ -455,6 +454,7 @@ class Sheet(ToolEnv):
         ),
         reward_range=(0.0, 1.0),
         success_threshold=1.0,
+        max_action_chars=ACTION_CHARS,
         max_turns=20,
         expert="the template's plan",
     )
@@ -497,15 +497,12 @@ class Sheet(ToolEnv):
         self.target = re.search(r'"(Sheet\d)"', task.instruction).group(1)
         _, _, self.expected, _, _, self.plan = out
         self.open: str | None = None
-        self.called: set[str] = set()
         return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
 
-    def _step(self, action: str) -> Any:
-        if re.fullmatch(r"finish\s+with\s+Action\s+Input:\s*\{\s*\}", action, re.IGNORECASE):
-            action = 'finish with Action Input: {"answer": null}'  # AgentBoard's sheet finishes without one
-        step = super()._step(action)
-        self.called.add(" ".join(action.split()))
-        return step
+    def finish_step(self) -> tuple[str, str]:
+        if self.expected is None:
+            return super().finish_step()
+        return "The sheet is as asked.", "finish with Action Input: {}"
 
     def finished_right(self, answer: Any) -> bool:
         if self.expected is None:
@@ -516,16 +513,6 @@ class Sheet(ToolEnv):
             and same_sheet(self.book[self.target], self.expected)
             and all(self.book[s] == self.before[s] for s in others)
         )
-
-    def expert_step(self) -> tuple[str, str]:
-        for thought, tool, args in self.plan:
-            action = f"{tool} with Action Input: {json.dumps(args)}"
-            if " ".join(action.split()) not in self.called:
-                return thought, action
-        if self.expected is None:
-            answer = json.dumps({"answer": self.task.hidden["answer"]})
-            return "That answers the question.", f"finish with Action Input: {answer}"
-        return "The sheet is as asked.", "finish with Action Input: {}"
 
     # ---- the tools ----------------------------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ solver meets), 1 on success (`gymflow.envs.tools`).
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import Tool, ToolEnv, ToolError, same_answer, system_prompt
+from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, same_answer, system_prompt
 
 LEVELS = ("easy", "medium", "hard")
 TODAY_RANGE = (date(2023, 1, 10), date(2024, 12, 10))
@@ -393,6 +392,7 @@ class Todo(ToolEnv):
         ),
         reward_range=(0.0, 1.0),
         success_threshold=1.0,
+        max_action_chars=ACTION_CHARS,
         max_turns=20,
         expert="the template's plan",
     )
@@ -436,26 +436,17 @@ class Todo(ToolEnv):
             )
         _, _, self.expected, _, _, self.plan = out
         self.today = date.fromisoformat(task.hidden["current_date"])
-        self.called: set[str] = set()
         return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
 
-    def _step(self, action: str) -> Any:
-        step = super()._step(action)
-        self.called.add(" ".join(action.split()))
-        return step
+    def finish_step(self) -> tuple[str, str]:
+        if self.expected is None:
+            return super().finish_step()
+        return "The account is as the goal asks.", 'finish with Action Input: {"answer": "done"}'
 
     def finished_right(self, answer: Any) -> bool:
         if self.expected is not None:  # a change: the account as it leaves it, nothing else
             return self.state == self.expected
         return same_answer(answer, self.task.hidden["answer"])
-
-    def expert_step(self) -> tuple[str, str]:
-        for thought, tool, args in self.plan:
-            action = f"{tool} with Action Input: {json.dumps(args)}"
-            if " ".join(action.split()) not in self.called:
-                return thought, action
-        answer = self.task.hidden["answer"] if self.expected is None else "done"
-        return "That is what the goal asks.", f"finish with Action Input: {json.dumps({'answer': answer})}"
 
     # ---- the tools ----------------------------------------------------------------------------------------------
 

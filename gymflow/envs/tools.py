@@ -29,6 +29,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
     "array": (list,),
 }
+ACTION_CHARS = 1_000  # a whole reply, thought included, as AgentGym's tool clients send it
 MAX_NUMBER = 1e12  # what a tool's number may be at most (no world needs more)
 ANSWER_TOLERANCE = 0.01  # relative, for numbers; at least 0.05 absolute (one decimal as tools round)
 
@@ -108,9 +109,27 @@ class ToolEnv(Env):
     def tools(self) -> dict[str, tuple[Tool, Callable[..., Any]]]:
         raise NotImplementedError
 
+    plan: list[
+        tuple[str, str, dict[str, Any]]
+    ]  # the expert's calls: (thought, tool, arguments); set at reset
+
     def start(self) -> None:
-        """Before the first step: what `tools` read (subclasses set up the task's world here)."""
+        """Before the first step (subclasses then set up the task's world and `plan`)."""
         self.reached: list[Any] = []  # every tool result so far, and the answer last
+        self.called: set[str] = set()  # every call made, as `name with Action Input: {...}`
+
+    def expert_step(self) -> tuple[str, str]:
+        """The first call of `plan` not made yet, then `finish_step`."""
+        for thought, tool, args in self.plan:
+            action = f"{tool} with Action Input: {json.dumps(args)}"
+            if " ".join(action.split()) not in self.called:
+                return thought, action
+        return self.finish_step()
+
+    def finish_step(self) -> tuple[str, str]:
+        """The expert's last move: `finish` with the task's answer."""
+        answer = json.dumps({"answer": self.task.hidden["answer"]})
+        return "That answers the question.", f"finish with Action Input: {answer}"
 
     def finished_right(self, answer: Any) -> bool:
         """Whether `finish` with `answer` succeeds: the task's answer by default (a change checks the state)."""
@@ -127,7 +146,11 @@ class ToolEnv(Env):
         return met / (len(goals) + 1)
 
     def _step(self, action: str) -> Step:
-        match = ACTION.fullmatch(action)
+        # AgentGym's tool clients send the model's whole reply ("Thought: ... Action: x with Action Input: {}"):
+        # the call is what follows its last "Action:"
+        call = re.split(r"\bAction:\s*", action, flags=re.IGNORECASE)[-1]
+        self.called.add(" ".join(call.split()))
+        match = ACTION.fullmatch(call)
         if match is None:
             return self._told(
                 f'Invalid action "{echo(action)}". Write: <action name> with Action Input: {{...}}'
@@ -141,13 +164,14 @@ class ToolEnv(Env):
             )
         if not isinstance(args, dict):
             return self._told("Action Input must be a JSON object of the parameters, e.g. {}")
-        if name == "finish":
-            if set(args) != {"answer"}:
+        if name == "finish":  # {"answer": ...}, or {} where a change is the answer (AgentBoard's sheet)
+            if args and set(args) != {"answer"}:
                 return self._told('finish takes one parameter: {"answer": ...}')
-            right = self.finished_right(args["answer"])
-            self.reached.append(args["answer"])
+            answer = args.get("answer")
+            right = self.finished_right(answer)
+            self.reached.append(answer)
             reward = 1.0 if right else self.progress()
-            return Step(f"Finished with answer {echo(json.dumps(args['answer']), 80)}.", reward, True)
+            return Step(f"Finished with answer {echo(json.dumps(answer), 80)}.", reward, True)
         tools = self.tools()
         if name not in tools:
             return self._told(f'No action "{echo(name)}". Actions: {", ".join([*tools, "finish"])}.')

@@ -17,7 +17,6 @@ The expert plays the shortest plan of its question's template, reading the answe
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator
 from datetime import date, timedelta
@@ -27,7 +26,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import Tool, ToolEnv, ToolError, system_prompt
+from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, system_prompt
 
 FIRST_DAY, LAST_DAY = date(2022, 1, 1), date(2024, 12, 31)
 TASK_DAYS = (date(2023, 1, 15), date(2024, 11, 30))  # today, in a task: room for the last month and the next
@@ -450,6 +449,7 @@ class Weather(ToolEnv):
         ),
         reward_range=(0.0, 1.0),
         success_threshold=1.0,
+        max_action_chars=ACTION_CHARS,
         max_turns=15,
         expert="the template's shortest plan",
     )
@@ -498,21 +498,7 @@ class Weather(ToolEnv):
             raise BadTask(
                 "the instruction, answer and subgoals are not what the template makes of these choices"
             )
-        self.called: set[str] = set()
         return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
-
-    def _step(self, action: str) -> Any:
-        step = super()._step(action)
-        self.called.add(" ".join(action.split()))
-        return step
-
-    def expert_step(self) -> tuple[str, str]:
-        for thought, tool, args in self.plan:
-            action = f"{tool} with Action Input: {json.dumps(args)}"
-            if " ".join(action.split()) not in self.called:
-                return thought, action
-        answer = self.task.hidden["answer"]
-        return "I have what the question asks.", f"finish with Action Input: {json.dumps({'answer': answer})}"
 
     # ---- the tools --------------------------------------------------------------------------------------------
 

@@ -408,57 +408,79 @@ def create_app(
     app.include_router(router)
     app.include_router(router, prefix=f"/{env_name}")
     if env_name == "sql":
-        app.include_router(_sqlgym_router(sessions, body, pick, reset, play_step), prefix="/sqlgym")
+        app.include_router(
+            _indexed_router("sqlgym", sessions, body, pick, reset, play_step), prefix="/sqlgym"
+        )
+    if env_name in TOOL_ENVS:
+        app.include_router(
+            _indexed_router("tool", sessions, body, pick, reset, play_step), prefix="/agentgym"
+        )
     return app
 
 
-class SqlGymReset(_Body):
+TOOL_ENVS = ("weather", "todo", "movie", "academia", "sheet")  # AgentGym's agentenv-tool servers' shapes
+
+
+class IndexedCreate(_Body):
+    id: StrictInt = 0  # the task's index (the tool clients send it; SQLGym's send no body)
+
+
+class IndexedReset(_Body):
     env_idx: StrictInt
-    item_id: StrictInt = 0
+    item_id: StrictInt | None = None  # SQLGym's name of the task's index
+    id: StrictInt | None = None  # the tool environments' name of it
 
 
-class SqlGymStep(_Body):
+class IndexedStep(_Body):
     env_idx: StrictInt
     action: StrictStr
 
 
-def _sqlgym_router(
+def _indexed_router(
+    dialect: str,
     sessions: EnvSessions,
     body: Callable[[Request, type[BaseModel]], Awaitable[Any]],
     pick: Callable[[int | None, dict[str, Any] | None], Task],
     reset: Callable[[int, EnvSession, Task], dict[str, Any]],
     play_step: Callable[[int, EnvSession, str], dict[str, Any]],
 ) -> APIRouter:
-    """AgentGym's SQLGym protocol (agentenv/envs/sqlgym.py), under /sqlgym/: create answers the session id
-    alone, sessions are `env_idx`, tasks `item_id` (here the server's own tasks, not BIRD's 10,962), a step
-    answers {state, reward, done, info}. Its client sends the SQL of a ```sql block alone, which `sql` plays
-    as a submit: a one-step episode, as SQLGym's."""
+    """AgentGym's servers whose sessions are `env_idx` and whose create answers the id alone: SQLGym's
+    (agentenv/envs/sqlgym.py; served under /sqlgym/: reset by `item_id` answers [observation, null], a step
+    {state, reward, done, info}) and the tool environments' (agentenv/envs/weather.py and its siblings; under
+    /agentgym/: create and reset name the task by `id`, reset answers the observation, a step {observation,
+    reward, done}). The task an index names is the server's own instruction set's."""
     router = APIRouter()
 
-    def created() -> int:
+    def created(index: int) -> int:
+        task = pick(index, None)
         sid, session = sessions.open()
         try:
-            reset(sid, session, pick(0, None))
+            reset(sid, session, task)
         except BaseException:
             sessions.close(sid)
             raise
         return sid
 
     @router.post("/create")
-    async def create() -> int:
-        return await run_in_threadpool(created)
+    async def create(request: Request) -> int:
+        req = await body(request, IndexedCreate)
+        return await run_in_threadpool(created, req.id)
 
     @router.post("/reset")
-    async def reset_(request: Request) -> tuple[str, None]:
-        req = await body(request, SqlGymReset)
-        session, task = sessions.get(req.env_idx), pick(req.item_id, None)
-        return (await run_in_threadpool(reset, req.env_idx, session, task))["observation"], None
+    async def reset_(request: Request) -> Any:
+        req = await body(request, IndexedReset)
+        index = req.item_id if dialect == "sqlgym" else req.id
+        session, task = sessions.get(req.env_idx), pick(index, None)
+        observation = (await run_in_threadpool(reset, req.env_idx, session, task))["observation"]
+        return (observation, None) if dialect == "sqlgym" else observation
 
     @router.post("/step")
     async def step(request: Request) -> dict[str, Any]:
-        req = await body(request, SqlGymStep)
+        req = await body(request, IndexedStep)
         out = await run_in_threadpool(play_step, req.env_idx, sessions.get(req.env_idx), req.action)
-        return {"state": out["observation"], "reward": out["score"], "done": out["done"], "info": {}}
+        if dialect == "sqlgym":
+            return {"state": out["observation"], "reward": out["score"], "done": out["done"], "info": {}}
+        return {"observation": out["observation"], "reward": out["score"], "done": out["done"]}
 
     @router.get("/observation")
     def observation(env_idx: int) -> str:
