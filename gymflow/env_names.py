@@ -29,6 +29,7 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     "movie": {"total": 1_500},  # 10 templates over a fixed world; 600 easy questions, balanced draws
     "academia": {"total": 900},  # 9 templates over a fixed literature; 410 easy questions, balanced draws
     "sheet": {"total": 20_000},  # endless (7 templates x generated workbooks)
+    "search": {"total": 800},  # 7 question kinds over a fixed world; 270 3-hop questions, balanced draws
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
 # name -> the observation formats it can show (`instructions.views`; the first is the default) and who can play

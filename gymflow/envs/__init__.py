@@ -12,6 +12,7 @@ from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
 from gymflow.envs.colbench import ColBench, ColBenchSingle
 from gymflow.envs.maze import Maze
 from gymflow.envs.movie import Movie
+from gymflow.envs.search import Search
 from gymflow.envs.sheet import Sheet
 from gymflow.envs.sql import Sql
 from gymflow.envs.todo import Todo
@@ -75,6 +76,7 @@ ENVS: dict[str, type[Env]] = {
     "movie": Movie,
     "academia": Academia,
     "sheet": Sheet,
+    "search": Search,
 }
 
 
