@@ -30,6 +30,7 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     "academia": {"total": 900},  # 9 templates over a fixed literature; 410 easy questions, balanced draws
     "sheet": {"total": 20_000},  # endless (7 templates x generated workbooks)
     "search": {"total": 800},  # 7 question kinds over a fixed world; 270 3-hop questions, balanced draws
+    "webshop": {"total": 6_000},  # instructions drawn from 3,000 products (~40 ms each: a search)
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
 # name -> the observation formats it can show (`instructions.views`; the first is the default) and who can play

@@ -17,6 +17,7 @@ from gymflow.envs.sheet import Sheet
 from gymflow.envs.sql import Sql
 from gymflow.envs.todo import Todo
 from gymflow.envs.weather import Weather
+from gymflow.envs.webshop import WebShop
 from gymflow.errors import UserError
 
 
@@ -77,6 +78,7 @@ ENVS: dict[str, type[Env]] = {
     "academia": Academia,
     "sheet": Sheet,
     "search": Search,
+    "webshop": WebShop,
 }
 
 
