@@ -125,7 +125,8 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("sql", list(HOSTILE))
-def test_sql_that_writes_reads_files_or_runs_away_is_an_observation_and_changes_nothing(sql):
+def test_sql_that_writes_reads_files_or_runs_away_is_an_observation_and_changes_nothing(sql, monkeypatch):
+    monkeypatch.setattr("gymflow.envs.sql.QUERY_SECONDS", 0.3)  # the runaway query's bound, shortened
     env = make_env("sql")
     task = _task("aggregate", "shop")
     env.reset(task)

@@ -12,12 +12,9 @@ from gymflow.envs.base import Env, EnvSpec, EpisodeOver, NoExpert, Step, Task
 from gymflow.envs.colbench import ColBench, ColBenchSingle
 from gymflow.envs.maze import Maze
 from gymflow.envs.movie import Movie
-from gymflow.envs.search import Search
 from gymflow.envs.sheet import Sheet
-from gymflow.envs.sql import Sql
 from gymflow.envs.todo import Todo
 from gymflow.envs.weather import Weather
-from gymflow.envs.webshop import WebShop
 from gymflow.errors import UserError
 
 
@@ -40,6 +37,18 @@ def _unavailable(name: str, error: ModuleNotFoundError) -> type[Env]:
     return _Unavailable(name, (), {"why": why})
 
 
+try:
+    from gymflow.envs.sql import Sql
+except ModuleNotFoundError as e:
+    Sql = _unavailable("sql", e)
+try:
+    from gymflow.envs.search import Search
+except ModuleNotFoundError as e:
+    Search = _unavailable("search", e)
+try:
+    from gymflow.envs.webshop import WebShop
+except ModuleNotFoundError as e:
+    WebShop = _unavailable("webshop", e)
 try:
     from gymflow.envs.wordle import Wordle
 except ModuleNotFoundError as e:
