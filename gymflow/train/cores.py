@@ -1,7 +1,8 @@
 """Data-parallel training over one machine's CPU cores: the stage's process becomes rank 0 of one process per core.
 
-The default model's matrix products are too small for a second thread to halve, so on a CPU SFT trains faster as
-N processes of one thread each than as one process of N threads (`benchmarks/sft_processes.py`). The processes
+With bf16's fast matrix products, the rest of a step of the default model (elementwise work, the optimizer,
+Python) does not split over a second thread, so SFT trains 1.2x faster as N processes of one thread each than as
+one process of N threads; in fp32 under AVX2 kernels both are the same (`benchmarks/sft_processes.py`). The processes
 train data-parallel (gloo on 127.0.0.1) exactly as one process does (`gymflow.train.sft`,
 tests/test_distributed_train.py). This is `accelerate launch --multi_gpu --num_processes N` without a launcher
 process: the stage itself is rank 0, so its progress, errors, Ctrl-C and outputs are the single-process
