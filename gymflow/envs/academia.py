@@ -12,55 +12,21 @@ most cited. The reward is AgentBoard's progress rate with a right finish as the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from pydantic import Field, field_validator
+from gymflow.envs.base import Task, task_rng
+from gymflow.envs.names import full_names
+from gymflow.envs.tools import (
+    Made,
+    TemplateHidden,
+    Tool,
+    ToolEnv,
+    ToolError,
+    tool_spec,
+)
 
-from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, system_prompt
-
-LEVELS = ("easy", "medium", "hard")
-GIVEN = [
-    "Ana",
-    "Bo",
-    "Cai",
-    "Dara",
-    "Eli",
-    "Femi",
-    "Gus",
-    "Hiro",
-    "Ines",
-    "Jae",
-    "Kai",
-    "Lea",
-    "Mio",
-    "Nils",
-    "Ola",
-    "Priya",
-    "Quan",
-    "Rosa",
-    "Sven",
-    "Tao",
-]
-FAMILY = [
-    "Arendt",
-    "Bose",
-    "Chen",
-    "Dubois",
-    "Eze",
-    "Fonseca",
-    "Gill",
-    "Haas",
-    "Iqbal",
-    "Jansen",
-    "Kato",
-    "Lopez",
-    "Moss",
-    "Nowak",
-    "Okafor",
-]
 ORGS = (
     "University of Lisbon",
     "Kyoto University",
@@ -98,7 +64,7 @@ FORMS = (
 def literature() -> dict[str, Any]:
     """Authors by name and papers by title, the same on every machine."""
     rng = task_rng("academia-world")
-    names = rng.sample([f"{g} {f}" for g in GIVEN for f in FAMILY], 90)
+    names = rng.sample(full_names(given=20, family=15), 90)
     authors = {n: {"name": n, "org": rng.choice(ORGS), "interests": rng.sample(TOPICS, 2)} for n in names}
     titles = rng.sample([form.format(t=topic) for topic in TOPICS for form in FORMS], 80)
     titles += [f"{t}: Part II" for t in titles]
@@ -137,8 +103,6 @@ def _coauthors(name: str) -> list[str]:
     )
 
 
-Plan = list[tuple[str, str, dict[str, Any]]]
-Made = tuple[str, str, Any, list[Any], Plan]
 PAPER_NET = ("Loading the paper network.", "loadPaperNet", {})
 AUTHOR_NET = ("Loading the author network.", "loadAuthorNet", {})
 
@@ -332,78 +296,24 @@ EXAMPLE = (
 )
 
 
-class AcademiaHidden(Hidden):
-    template: str
-    choices: int = Field(ge=0)
-    answer: Any
-    subgoals: list[Any] = Field(min_length=1, max_length=40)
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        if value not in TEMPLATES:
-            raise ValueError(f"not one of {sorted(TEMPLATES)}")
-        return value
-
-
-def made(hidden: dict[str, Any]) -> Made | None:
-    return TEMPLATES[hidden["template"]](task_rng("academia-choices", hidden["choices"]))
+class AcademiaHidden(TemplateHidden):
+    templates = TEMPLATES
 
 
 class Academia(ToolEnv):
     hidden_schema = AcademiaHidden
-    spec = EnvSpec(
-        name="academia",
-        description="paper and author networks over 9 tools (AgentBoard)",
-        system_prompt=system_prompt(
-            "You are an autonomous intelligent agent. You can use actions to help people solve problems.",
-            TOOLS,
-            EXAMPLE,
-        ),
-        reward_range=(0.0, 1.0),
-        success_threshold=1.0,
-        max_action_chars=ACTION_CHARS,
-        max_turns=25,
-        expert="the template's plan",
+    ids_from_question = True
+    spec = tool_spec(
+        "academia", "paper and author networks over 9 tools (AgentBoard)", TOOLS, EXAMPLE, max_turns=25
     )
 
     @classmethod
-    def difficulties(cls) -> list[str]:
-        return list(LEVELS)
+    def make(cls, hidden: dict[str, Any]) -> Made | None:
+        out = TEMPLATES[hidden["template"]](task_rng("academia-choices", hidden["choices"]))
+        return out and Made(*out)
 
-    @classmethod
-    def generate(cls, split: str, seed: int) -> Iterator[Task]:
-        rng = task_rng("academia-tasks", seed)
-        while True:
-            hidden = {"template": rng.choice(sorted(TEMPLATES)), "choices": rng.randrange(2**31)}
-            out = made(hidden)
-            if out is None:
-                continue
-            level, question, answer, subgoals, _ = out
-            yield Task(
-                env="academia",
-                task_id=f"academia-{hidden['template']}-{task_rng(question).randrange(10**9)}",  # one id a question
-                split=split,
-                difficulty=level,
-                seed=hidden["choices"],
-                instruction=question,
-                hidden={**hidden, "answer": answer, "subgoals": subgoals},
-            )
-
-    def _reset(self, task: Task) -> str:
-        self.start()
-        out = made(task.hidden)
-        if out is None or (out[1], out[2], out[3]) != (
-            task.instruction,
-            task.hidden["answer"],
-            task.hidden["subgoals"],
-        ):
-            raise BadTask(
-                "the instruction, answer and subgoals are not what the template makes of these choices"
-            )
-        self.plan = out[4]
+    def begin(self, task: Task) -> None:
         self.loaded: set[str] = set()
-        return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
 
     # ---- the tools ----------------------------------------------------------------------------------------------
 

@@ -13,17 +13,22 @@ person's films. The reward is AgentBoard's progress rate with a right finish as 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import date, timedelta
 from functools import lru_cache
 from typing import Any
 
-from pydantic import Field, field_validator
+from gymflow.envs.base import task_rng
+from gymflow.envs.tools import (
+    Made,
+    Plan,
+    TemplateHidden,
+    Tool,
+    ToolEnv,
+    ToolError,
+    tool_spec,
+)
 
-from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, system_prompt
-
-LEVELS = ("easy", "medium", "hard")
 ADJECTIVES = [
     "Silent",
     "Last",
@@ -191,9 +196,6 @@ def _crew(film: dict[str, Any], job: str) -> dict[str, Any]:
 
 
 # ---- templates: (level, question, answer, subgoals, plan) --------------------------------------------------------
-
-Plan = list[tuple[str, str, dict[str, Any]]]
-Made = tuple[str, str, Any, list[Any], Plan]
 
 
 def _find(film: dict[str, Any], plan: Plan) -> None:
@@ -441,77 +443,19 @@ EXAMPLE = (
 )
 
 
-class MovieHidden(Hidden):
-    template: str
-    choices: int = Field(ge=0)
-    answer: Any
-    subgoals: list[Any] = Field(min_length=1, max_length=20)
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        if value not in TEMPLATES:
-            raise ValueError(f"not one of {sorted(TEMPLATES)}")
-        return value
-
-
-def made(hidden: dict[str, Any]) -> Made | None:
-    return TEMPLATES[hidden["template"]](task_rng("movie-choices", hidden["choices"]))
+class MovieHidden(TemplateHidden):
+    templates = TEMPLATES
 
 
 class Movie(ToolEnv):
     hidden_schema = MovieHidden
-    spec = EnvSpec(
-        name="movie",
-        description="film questions over 14 tools (AgentBoard)",
-        system_prompt=system_prompt(
-            "You are an autonomous intelligent agent. You can use actions to help people solve problems.",
-            TOOLS,
-            EXAMPLE,
-        ),
-        reward_range=(0.0, 1.0),
-        success_threshold=1.0,
-        max_action_chars=ACTION_CHARS,
-        max_turns=15,
-        expert="the template's plan",
-    )
+    ids_from_question = True
+    spec = tool_spec("movie", "film questions over 14 tools (AgentBoard)", TOOLS, EXAMPLE, max_turns=15)
 
     @classmethod
-    def difficulties(cls) -> list[str]:
-        return list(LEVELS)
-
-    @classmethod
-    def generate(cls, split: str, seed: int) -> Iterator[Task]:
-        rng = task_rng("movie-tasks", seed)
-        while True:
-            hidden = {"template": rng.choice(sorted(TEMPLATES)), "choices": rng.randrange(2**31)}
-            out = made(hidden)
-            if out is None:
-                continue
-            level, question, answer, subgoals, _ = out
-            yield Task(
-                env="movie",
-                task_id=f"movie-{hidden['template']}-{task_rng(question).randrange(10**9)}",  # one id a question
-                split=split,
-                difficulty=level,
-                seed=hidden["choices"],
-                instruction=question,
-                hidden={**hidden, "answer": answer, "subgoals": subgoals},
-            )
-
-    def _reset(self, task: Task) -> str:
-        self.start()
-        out = made(task.hidden)
-        if out is None or (out[1], out[2], out[3]) != (
-            task.instruction,
-            task.hidden["answer"],
-            task.hidden["subgoals"],
-        ):
-            raise BadTask(
-                "the instruction, answer and subgoals are not what the template makes of these choices"
-            )
-        self.plan = out[4]
-        return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
+    def make(cls, hidden: dict[str, Any]) -> Made | None:
+        out = TEMPLATES[hidden["template"]](task_rng("movie-choices", hidden["choices"]))
+        return out and Made(*out)
 
     # ---- the tools ----------------------------------------------------------------------------------------------
 

@@ -31,73 +31,11 @@ import tantivy
 from pydantic import Field, field_validator
 
 from gymflow.envs.base import BadTask, Env, EnvSpec, Hidden, Step, Task, echo, task_rng
+from gymflow.envs.names import full_names, place_name
 
 LEVELS = ("1-hop", "2-hop", "3-hop")
 TOP_K = 5
 ACTION = re.compile(r"(search|open|answer)\s*\[(.*)\]", re.IGNORECASE | re.DOTALL)
-GIVEN = [
-    "Ana",
-    "Bo",
-    "Cai",
-    "Dara",
-    "Eli",
-    "Femi",
-    "Gus",
-    "Hiro",
-    "Ines",
-    "Jae",
-    "Kai",
-    "Lea",
-    "Mio",
-    "Nils",
-    "Ola",
-    "Priya",
-    "Quan",
-    "Rosa",
-    "Sven",
-    "Tao",
-    "Uri",
-    "Vera",
-]
-FAMILY = [
-    "Arendt",
-    "Bose",
-    "Chen",
-    "Dubois",
-    "Eze",
-    "Fonseca",
-    "Gill",
-    "Haas",
-    "Iqbal",
-    "Jansen",
-    "Kato",
-    "Lopez",
-    "Moss",
-    "Nowak",
-    "Okafor",
-    "Pike",
-    "Quist",
-]
-SYLLABLES = [
-    "or",
-    "va",
-    "le",
-    "mi",
-    "ra",
-    "to",
-    "ne",
-    "sa",
-    "ki",
-    "lu",
-    "be",
-    "an",
-    "co",
-    "di",
-    "fe",
-    "ga",
-    "ho",
-    "ri",
-]
 BOOK_ADJECTIVES = [
     "Silent",
     "Golden",
@@ -142,31 +80,25 @@ SYSTEM_PROMPT = (
 )
 
 
-def _name(rng: Any, used: set[str], parts: int = 3) -> str:
-    while True:
-        name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, parts))).capitalize()
-        if name not in used:
-            used.add(name)
-            return name
-
-
 @lru_cache(maxsize=1)
 def world() -> dict[str, dict[str, dict[str, str]]]:
     """kind -> name -> relation -> name; the same on every machine."""
     rng = task_rng("search-world")
     used: set[str] = set()
-    countries = [_name(rng, used) + "ia" for _ in range(20)]
-    cities = {_name(rng, used): {"country": rng.choice(countries)} for _ in range(80)}
+    countries = [place_name(rng, used) + "ia" for _ in range(20)]
+    cities = {place_name(rng, used): {"country": rng.choice(countries)} for _ in range(80)}
     city_names = sorted(cities)
-    universities = {f"University of {_name(rng, used)}": {"city": rng.choice(city_names)} for _ in range(60)}
+    universities = {
+        f"University of {place_name(rng, used)}": {"city": rng.choice(city_names)} for _ in range(60)
+    }
     companies = {
-        f"{_name(rng, used)} {rng.choice(['Labs', 'Works', 'Media', 'Systems'])}": {
+        f"{place_name(rng, used)} {rng.choice(['Labs', 'Works', 'Media', 'Systems'])}": {
             "city": rng.choice(city_names)
         }
         for _ in range(120)
     }
     people: dict[str, dict[str, str]] = {}
-    for name in rng.sample([f"{g} {f}" for g in GIVEN for f in FAMILY], 300):
+    for name in rng.sample(full_names(), 300):
         people[name] = {"born": rng.choice(city_names), "studied": rng.choice(sorted(universities))}
     founders = rng.sample(sorted(people), len(companies))
     for company, founder in zip(sorted(companies), founders, strict=True):

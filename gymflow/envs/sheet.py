@@ -15,15 +15,21 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import Field, field_validator
+from gymflow.envs.base import Task, task_rng
+from gymflow.envs.tools import (
+    Made,
+    Plan,
+    TemplateHidden,
+    Tool,
+    ToolEnv,
+    ToolError,
+    same_answer,
+    tool_spec,
+)
 
-from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, same_answer, system_prompt
-
-LEVELS = ("easy", "medium", "hard")
 SHEETS = tuple(f"Sheet{i}" for i in range(1, 6))
 HEADER = ["Product", "Category", "Price", "Quantity", "Discount", "Location", "Product Rating"]
 GOODS = {
@@ -126,15 +132,15 @@ def cell_of(position: str) -> tuple[int, int]:
 
 # ---- templates: (level, question, expected sheet or None, answer, subgoals, plan) --------------------------------
 
-Plan = list[tuple[str, str, dict[str, Any]]]
-Made = tuple[str, str, list[list[str]] | None, Any, list[Any], Plan]
+# a template's draw: (level, question, the state a change must leave or None, answer, subgoals, plan)
+Drawn = tuple[str, str, list[list[str]] | None, Any, list[Any], Plan]
 
 
 def _open(sheet: str) -> Plan:
     return [(f"I open {sheet}.", "open_sheet", {"name": sheet}), ("I read its values.", "get_all_values", {})]
 
 
-def _t_sort(rng: Any, book: dict[str, list[list[str]]]) -> Made:
+def _t_sort(rng: Any, book: dict[str, list[list[str]]]) -> Drawn:
     sheet = rng.choice(SHEETS)
     col = rng.choice([3, 4, 7])
     descending = rng.random() < 0.5
@@ -152,7 +158,7 @@ def _t_sort(rng: Any, book: dict[str, list[list[str]]]) -> Made:
     )
 
 
-def _t_quantity(rng: Any, book: dict[str, list[list[str]]]) -> Made:
+def _t_quantity(rng: Any, book: dict[str, list[list[str]]]) -> Drawn:
     sheet = rng.choice(SHEETS)
     row = rng.randrange(1, len(book[sheet]))
     value = _money(rng.randint(5, 300))
@@ -177,7 +183,7 @@ def _t_quantity(rng: Any, book: dict[str, list[list[str]]]) -> Made:
     )
 
 
-def _t_sales(rng: Any, book: dict[str, list[list[str]]]) -> Made:
+def _t_sales(rng: Any, book: dict[str, list[list[str]]]) -> Drawn:
     sheet = rng.choice(SHEETS)
     rows = book[sheet]
     sold = {r: rng.randint(1, int(float(rows[r][3]))) for r in rng.sample(range(1, len(rows)), 3)}
@@ -199,7 +205,7 @@ def _t_sales(rng: Any, book: dict[str, list[list[str]]]) -> Made:
     )
 
 
-def _t_delete_category(rng: Any, book: dict[str, list[list[str]]]) -> Made | None:
+def _t_delete_category(rng: Any, book: dict[str, list[list[str]]]) -> Drawn | None:
     sheet = rng.choice(SHEETS)
     rows = book[sheet]
     categories = sorted({r[1] for r in rows[1:]})
@@ -222,7 +228,7 @@ def _t_delete_category(rng: Any, book: dict[str, list[list[str]]]) -> Made | Non
     )
 
 
-def _t_raise_prices(rng: Any, book: dict[str, list[list[str]]]) -> Made:
+def _t_raise_prices(rng: Any, book: dict[str, list[list[str]]]) -> Drawn:
     sheet = rng.choice(SHEETS)
     rows = book[sheet]
     category = rng.choice(sorted({r[1] for r in rows[1:]}))
@@ -251,7 +257,7 @@ def _t_raise_prices(rng: Any, book: dict[str, list[list[str]]]) -> Made:
     )
 
 
-def _t_add_product(rng: Any, book: dict[str, list[list[str]]]) -> Made | None:
+def _t_add_product(rng: Any, book: dict[str, list[list[str]]]) -> Drawn | None:
     sheet = rng.choice(SHEETS)
     rows = book[sheet]
     present = {r[0] for r in rows[1:]}
@@ -284,7 +290,7 @@ def _t_add_product(rng: Any, book: dict[str, list[list[str]]]) -> Made | None:
     )
 
 
-def _t_category_total(rng: Any, book: dict[str, list[list[str]]]) -> Made:
+def _t_category_total(rng: Any, book: dict[str, list[list[str]]]) -> Drawn:
     sheet = rng.choice(SHEETS)
     rows = book[sheet]
     category = rng.choice(sorted({r[1] for r in rows[1:]}))
@@ -299,7 +305,7 @@ def _t_category_total(rng: Any, book: dict[str, list[list[str]]]) -> Made:
     )
 
 
-TEMPLATES: dict[str, Callable[[Any, dict[str, list[list[str]]]], Made | None]] = {
+TEMPLATES: dict[str, Callable[[Any, dict[str, list[list[str]]]], Drawn | None]] = {
     "sort": _t_sort,
     "quantity": _t_quantity,
     "sales": _t_sales,
@@ -423,81 +429,31 @@ EXAMPLE = (
 )
 
 
-class SheetHidden(Hidden):
-    template: str
-    choices: int = Field(ge=0)
-    answer: Any = None
-    subgoals: list[Any] = Field(min_length=1, max_length=30)
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        if value not in TEMPLATES:
-            raise ValueError(f"not one of {sorted(TEMPLATES)}")
-        return value
-
-
-def made(hidden: dict[str, Any]) -> tuple[dict[str, list[list[str]]], Made | None]:
-    book = workbook(hidden["choices"])
-    return book, TEMPLATES[hidden["template"]](task_rng("sheet-choices", hidden["choices"]), book)
+class SheetHidden(TemplateHidden):
+    templates = TEMPLATES
 
 
 class Sheet(ToolEnv):
     hidden_schema = SheetHidden
-    spec = EnvSpec(
-        name="sheet",
-        description="inventory spreadsheets over 20 tools (AgentBoard)",
-        system_prompt=system_prompt(
-            "You are an autonomous intelligent agent. You can use actions to help people solve problems.",
-            TOOLS,
-            EXAMPLE,
-        ),
-        reward_range=(0.0, 1.0),
-        success_threshold=1.0,
-        max_action_chars=ACTION_CHARS,
-        max_turns=20,
-        expert="the template's plan",
+    spec = tool_spec(
+        "sheet", "inventory spreadsheets over 20 tools (AgentBoard)", TOOLS, EXAMPLE, max_turns=20
     )
 
     @classmethod
-    def difficulties(cls) -> list[str]:
-        return list(LEVELS)
+    def make(cls, hidden: dict[str, Any]) -> Made | None:
+        """The workbook of the task's seed, and what the template makes of it."""
+        book = workbook(hidden["choices"])
+        out = TEMPLATES[hidden["template"]](task_rng("sheet-choices", hidden["choices"]), book)
+        if out is None:
+            return None
+        level, question, expected, answer, subgoals, plan = out
+        return Made(level, question, answer, subgoals, plan, expected, world=book)
 
-    @classmethod
-    def generate(cls, split: str, seed: int) -> Iterator[Task]:
-        rng = task_rng("sheet-tasks", seed)
-        while True:
-            hidden = {"template": rng.choice(sorted(TEMPLATES)), "choices": rng.randrange(2**31)}
-            _, out = made(hidden)
-            if out is None:
-                continue
-            level, question, _, answer, subgoals, _ = out
-            yield Task(
-                env="sheet",
-                task_id=f"sheet-{hidden['template']}-{hidden['choices']}",
-                split=split,
-                difficulty=level,
-                seed=hidden["choices"],
-                instruction=question,
-                hidden={**hidden, "answer": answer, "subgoals": subgoals},
-            )
-
-    def _reset(self, task: Task) -> str:
-        self.start()
-        self.book, out = made(task.hidden)
-        if out is None or (out[1], out[3], out[4]) != (
-            task.instruction,
-            task.hidden["answer"],
-            task.hidden["subgoals"],
-        ):
-            raise BadTask(
-                "the instruction, answer and subgoals are not what the template makes of these choices"
-            )
+    def begin(self, task: Task) -> None:
+        self.book = self.world
         self.before = copy.deepcopy(self.book)
         self.target = re.search(r'"(Sheet\d)"', task.instruction).group(1)
-        _, _, self.expected, _, _, self.plan = out
         self.open: str | None = None
-        return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
 
     def finish_step(self) -> tuple[str, str]:
         if self.expected is None:

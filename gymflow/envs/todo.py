@@ -14,16 +14,25 @@ solver meets), 1 on success (`gymflow.envs.tools`).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import date, timedelta
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 
-from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, same_answer, system_prompt
+from gymflow.envs.base import Task, task_rng
+from gymflow.envs.tools import (
+    Made,
+    Plan,
+    TemplateHidden,
+    Tool,
+    ToolEnv,
+    ToolError,
+    day_within,
+    same_answer,
+    tool_spec,
+)
 
-LEVELS = ("easy", "medium", "hard")
 TODAY_RANGE = (date(2023, 1, 10), date(2024, 12, 10))
 THEMES = {
     "Homework and Assignments": [
@@ -128,8 +137,8 @@ def _tasks_of(state: dict[str, Any], pid: str) -> list[dict[str, Any]]:
 
 # ---- templates: (level, question, expected state or None, answer, subgoals, plan) --------------------------------
 
-Plan = list[tuple[str, str, dict[str, Any]]]
-Made = tuple[str, str, dict[str, Any] | None, Any, list[Any], Plan]
+# a template's draw: (level, question, the state a change must leave or None, answer, subgoals, plan)
+Drawn = tuple[str, str, dict[str, Any] | None, Any, list[Any], Plan]
 
 
 def _open_project(state: dict[str, Any], name: str, plan: Plan) -> str:
@@ -139,7 +148,7 @@ def _open_project(state: dict[str, Any], name: str, plan: Plan) -> str:
     return pid
 
 
-def _t_due(rng: Any, state: dict[str, Any], today: date) -> Made:
+def _t_due(rng: Any, state: dict[str, Any], today: date) -> Drawn:
     task = rng.choice(state["tasks"])
     name = next(p["name"] for p in state["projects"] if p["id"] == task["project_id"])
     plan: Plan = []
@@ -155,7 +164,7 @@ def _t_due(rng: Any, state: dict[str, Any], today: date) -> Made:
     )
 
 
-def _t_urgent(rng: Any, state: dict[str, Any], today: date) -> Made | None:
+def _t_urgent(rng: Any, state: dict[str, Any], today: date) -> Drawn | None:
     name = rng.choice(state["projects"])["name"]
     tasks = sorted(_tasks_of(state, _project(state, name)["id"]), key=lambda t: -t["priority"])
     if len(tasks) > 1 and tasks[0]["priority"] == tasks[1]["priority"]:
@@ -173,7 +182,7 @@ def _t_urgent(rng: Any, state: dict[str, Any], today: date) -> Made | None:
     )
 
 
-def _t_duration(rng: Any, state: dict[str, Any], today: date) -> Made:
+def _t_duration(rng: Any, state: dict[str, Any], today: date) -> Drawn:
     task = rng.choice(state["tasks"])
     name = next(p["name"] for p in state["projects"] if p["id"] == task["project_id"])
     plan: Plan = []
@@ -190,7 +199,7 @@ def _t_duration(rng: Any, state: dict[str, Any], today: date) -> Made:
     )
 
 
-def _t_due_before(rng: Any, state: dict[str, Any], today: date) -> Made:
+def _t_due_before(rng: Any, state: dict[str, Any], today: date) -> Drawn:
     limit = today + timedelta(days=rng.randint(1, 10))
     plan: Plan = [("I list the projects.", "get_projects", {})]
     for p in state["projects"]:
@@ -207,7 +216,7 @@ def _t_due_before(rng: Any, state: dict[str, Any], today: date) -> Made:
     )
 
 
-def _t_complete(rng: Any, state: dict[str, Any], today: date) -> Made | None:
+def _t_complete(rng: Any, state: dict[str, Any], today: date) -> Drawn | None:
     open_tasks = [t for t in state["tasks"] if not t["is_completed"]]
     if not open_tasks:
         return None
@@ -228,7 +237,7 @@ def _t_complete(rng: Any, state: dict[str, Any], today: date) -> Made | None:
     )
 
 
-def _t_postpone(rng: Any, state: dict[str, Any], today: date) -> Made:
+def _t_postpone(rng: Any, state: dict[str, Any], today: date) -> Drawn:
     task = rng.choice(state["tasks"])
     name = next(p["name"] for p in state["projects"] if p["id"] == task["project_id"])
     new = (date.fromisoformat(task["due_date"]) + timedelta(days=rng.randint(2, 9))).isoformat()
@@ -247,7 +256,7 @@ def _t_postpone(rng: Any, state: dict[str, Any], today: date) -> Made:
     )
 
 
-def _t_delete_overdue(rng: Any, state: dict[str, Any], today: date) -> Made | None:
+def _t_delete_overdue(rng: Any, state: dict[str, Any], today: date) -> Drawn | None:
     name = rng.choice(state["projects"])["name"]
     pid = _project(state, name)["id"]
     overdue = [
@@ -274,7 +283,7 @@ def _t_delete_overdue(rng: Any, state: dict[str, Any], today: date) -> Made | No
     )
 
 
-def _t_favorite(rng: Any, state: dict[str, Any], today: date) -> Made:
+def _t_favorite(rng: Any, state: dict[str, Any], today: date) -> Drawn:
     name = rng.choice(state["projects"])["name"]
     pid = _project(state, name)["id"]
     after = copy.deepcopy(state)
@@ -286,7 +295,7 @@ def _t_favorite(rng: Any, state: dict[str, Any], today: date) -> Made:
     return ("easy", f"Mark the project {name} as a favourite.", after, None, [pid, True], plan)
 
 
-TEMPLATES: dict[str, Callable[[Any, dict[str, Any], date], Made | None]] = {
+TEMPLATES: dict[str, Callable[[Any, dict[str, Any], date], Drawn | None]] = {
     "due": _t_due,
     "urgent": _t_urgent,
     "duration": _t_duration,
@@ -347,96 +356,39 @@ EXAMPLE = (
 )
 
 
-class TodoHidden(Hidden):
-    template: str
-    choices: int = Field(ge=0)
+class TodoHidden(TemplateHidden):
+    templates = TEMPLATES
     current_date: str
-    answer: Any = None
-    subgoals: list[Any] = Field(min_length=1, max_length=30)
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        if value not in TEMPLATES:
-            raise ValueError(f"not one of {sorted(TEMPLATES)}")
-        return value
 
     @field_validator("current_date")
     @classmethod
     def _today(cls, value: str) -> str:
-        try:
-            day = date.fromisoformat(value)
-        except ValueError:
-            raise ValueError("not a date YYYY-MM-DD") from None
-        if not TODAY_RANGE[0] <= day <= TODAY_RANGE[1]:
-            raise ValueError(f"outside {TODAY_RANGE[0]} to {TODAY_RANGE[1]}")
-        return value
-
-
-def made(hidden: dict[str, Any]) -> tuple[dict[str, Any], Made | None]:
-    """The account and what the template makes of a task's choices and date."""
-    today = date.fromisoformat(hidden["current_date"])
-    state = account(hidden["choices"], today)
-    return state, TEMPLATES[hidden["template"]](task_rng("todo-choices", hidden["choices"]), state, today)
+        return day_within(value, *TODAY_RANGE)
 
 
 class Todo(ToolEnv):
     hidden_schema = TodoHidden
-    spec = EnvSpec(
-        name="todo",
-        description="a to-do account over 11 tools (AgentBoard)",
-        system_prompt=system_prompt(
-            "You are an autonomous intelligent agent. You can use actions to help people solve problems.",
-            TOOLS,
-            EXAMPLE,
-        ),
-        reward_range=(0.0, 1.0),
-        success_threshold=1.0,
-        max_action_chars=ACTION_CHARS,
-        max_turns=20,
-        expert="the template's plan",
-    )
+    spec = tool_spec("todo", "a to-do account over 11 tools (AgentBoard)", TOOLS, EXAMPLE, max_turns=20)
 
     @classmethod
-    def difficulties(cls) -> list[str]:
-        return list(LEVELS)
+    def draw(cls, rng: Any) -> dict[str, Any]:
+        name = rng.choice(sorted(TEMPLATES))
+        today = TODAY_RANGE[0] + timedelta(days=rng.randrange((TODAY_RANGE[1] - TODAY_RANGE[0]).days + 1))
+        return {"template": name, "choices": rng.randrange(2**31), "current_date": today.isoformat()}
 
     @classmethod
-    def generate(cls, split: str, seed: int) -> Iterator[Task]:
-        rng = task_rng("todo-tasks", seed)
-        span = (TODAY_RANGE[1] - TODAY_RANGE[0]).days
-        while True:
-            name = rng.choice(sorted(TEMPLATES))
-            today = TODAY_RANGE[0] + timedelta(days=rng.randrange(span + 1))
-            hidden = {"template": name, "choices": rng.randrange(2**31), "current_date": today.isoformat()}
-            _, out = made(hidden)
-            if out is None:
-                continue
-            level, question, _, answer, subgoals, _ = out
-            yield Task(
-                env="todo",
-                task_id=f"todo-{name}-{hidden['choices']}",
-                split=split,
-                difficulty=level,
-                seed=hidden["choices"],
-                instruction=question,
-                hidden={**hidden, "answer": answer, "subgoals": subgoals},
-            )
+    def make(cls, hidden: dict[str, Any]) -> Made | None:
+        """The account of the task's seed and date, and what the template makes of them."""
+        today = date.fromisoformat(hidden["current_date"])
+        state = account(hidden["choices"], today)
+        out = TEMPLATES[hidden["template"]](task_rng("todo-choices", hidden["choices"]), state, today)
+        if out is None:
+            return None
+        level, question, expected, answer, subgoals, plan = out
+        return Made(level, question, answer, subgoals, plan, expected, world=state)
 
-    def _reset(self, task: Task) -> str:
-        self.start()
-        self.state, out = made(task.hidden)
-        if out is None or (out[1], out[3], out[4]) != (
-            task.instruction,
-            task.hidden["answer"],
-            task.hidden["subgoals"],
-        ):
-            raise BadTask(
-                "the instruction, answer and subgoals are not what the template makes of these choices"
-            )
-        _, _, self.expected, _, _, self.plan = out
-        self.today = date.fromisoformat(task.hidden["current_date"])
-        return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
+    def begin(self, task: Task) -> None:
+        self.state, self.today = self.world, date.fromisoformat(task.hidden["current_date"])
 
     def finish_step(self) -> tuple[str, str]:
         if self.expected is None:

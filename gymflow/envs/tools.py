@@ -3,12 +3,15 @@ called as `name with Action Input: {JSON}`, their documentation in the system pr
 and AgentBoard's progress rate.
 
 An environment lists its tools (`Tool`: name, parameters, what it returns, and the method that runs it) and its
-tasks carry, in `hidden`, the answer and the subgoals: the values a solver meets on the way (a city's
+task templates: a template draws a question, its answer and the expert's plan from a seed (`Made`). A task's
+`hidden` holds the template's name and seed, and what they made: the answer and the subgoals, the values a
+solver meets on the way (a city's
 coordinates, a day's temperature, the answer last). Each tool call's result is a subgoal the episode reached;
 the reward is the fraction of the task's subgoals reached so far, AgentBoard's progress rate, counting a right
 `finish` as one more subgoal, so that 1.0 (success) is reached only there. A tool that does not exist, input that is not a JSON object, missing
 or unknown arguments, arguments of the wrong type and a tool's own refusal (`ToolError`) are observations that
-say what was wrong; the episode goes on.
+say what was wrong; the episode goes on. A reset makes the task again from its template and seed and refuses a
+row whose instruction, answer or subgoals differ (a client's row can then never be unsolvable).
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from datetime import date
+from typing import Any, ClassVar
 
-from gymflow.envs.base import Env, Step, echo
+from pydantic import Field, field_validator
+
+from gymflow.envs.base import BadTask, Env, EnvSpec, Hidden, Step, Task, echo, task_rng
 
 ACTION = re.compile(r"(\w+)\s+with\s+Action\s+Input:\s*(.*)", re.IGNORECASE | re.DOTALL)
 TYPES: dict[str, tuple[type, ...]] = {
@@ -55,6 +61,53 @@ class Tool:
         return "\n".join([*lines, f"Returns:\n{self.returns}"])
 
 
+Plan = list[tuple[str, str, dict[str, Any]]]  # the expert's calls: (thought, tool, arguments)
+
+
+@dataclass(frozen=True)
+class Made:
+    """What a task template makes of its seed: the task's level, question, answer and subgoals (which the task
+    keeps), the expert's plan, and for a task that asks for a change the state it must leave (`expected`) and the
+    world the tools change (`world`: todo's account, sheet's workbook)."""
+
+    level: str
+    question: str
+    answer: Any
+    subgoals: list[Any]
+    plan: Plan
+    expected: Any = None
+    world: Any = None
+
+
+class TemplateHidden(Hidden):
+    """A tool task's hidden dict: its template (one of `templates`), the seed of the template's draws, and what
+    they made. An environment subclasses it to name its templates and add what its world needs."""
+
+    templates: ClassVar[Collection[str]] = ()
+    template: str
+    choices: int = Field(ge=0)
+    answer: Any = None
+    subgoals: list[Any] = Field(min_length=1, max_length=40)
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        if value not in cls.templates:
+            raise ValueError(f"not one of {sorted(cls.templates)}")
+        return value
+
+
+def day_within(value: str, first: date, last: date) -> str:
+    """`value` if it is a date YYYY-MM-DD from `first` to `last` (a hidden dict's "current_date")."""
+    try:
+        day = date.fromisoformat(value)
+    except ValueError:
+        raise ValueError("not a date YYYY-MM-DD") from None
+    if not first <= day <= last:
+        raise ValueError(f"outside {first} to {last}")
+    return value
+
+
 FINISH = Tool(
     "finish", "Return an answer and finish the task", (("answer", "any", "the answer"),), "The end."
 )
@@ -67,6 +120,32 @@ def system_prompt(intro: str, tools: list[Tool], example: str) -> str:
         f"{intro} We detail name, description, input (parameters) and output (returns) of each action as "
         f"follows:\n{docs}\n\nAnswer in the format:\nThought: <your thought>\nAction: <action name> with "
         f"Action Input: <a JSON object of its parameters>\n\nFor example:\n{example}"
+    )
+
+
+def tool_spec(
+    name: str,
+    description: str,
+    tools: list[Tool],
+    example: str,
+    max_turns: int,
+    expert: str = "the template's plan",
+) -> EnvSpec:
+    """The spec of an AgentGym tool environment: its prompt as `system_prompt` writes it, rewards from 0 to 1 with
+    success at 1 (a right finish), replies of at most ACTION_CHARS."""
+    return EnvSpec(
+        name=name,
+        description=description,
+        system_prompt=system_prompt(
+            "You are an autonomous intelligent agent. You can use actions to help people solve problems.",
+            tools,
+            example,
+        ),
+        reward_range=(0.0, 1.0),
+        success_threshold=1.0,
+        max_action_chars=ACTION_CHARS,
+        max_turns=max_turns,
+        expert=expert,
     )
 
 
@@ -103,20 +182,67 @@ def _number(value: Any) -> float | None:
 
 
 class ToolEnv(Env):
-    """An environment of tools. Subclasses give `tools()` (name -> (Tool, the callable that runs it on keyword
-    arguments)) and tasks whose hidden dict holds "answer" and "subgoals"."""
+    """An environment of tools and task templates. Subclasses give `hidden_schema` (a `TemplateHidden` naming
+    the templates), `make` (a hidden dict's template run on its seed), `tools()` (name -> (Tool, the callable
+    that runs it on keyword arguments)) and, where the tools read more than the made world, `begin`."""
+
+    hidden_schema: ClassVar[type[TemplateHidden]]
+    ids_from_question: ClassVar[bool] = False
+    """True where two seeds can make the same question (a small world): a task's id comes from its question,
+    so a split holds each question once."""
+
+    @classmethod
+    def difficulties(cls) -> list[str]:
+        return ["easy", "medium", "hard"]  # each template's own grading of its question
+
+    @classmethod
+    def make(cls, hidden: dict[str, Any]) -> Made | None:
+        """What `hidden`'s template makes of its seed; None where the seed draws nothing usable (the task
+        stream moves on)."""
+        raise NotImplementedError
+
+    @classmethod
+    def draw(cls, rng: Any) -> dict[str, Any]:
+        """A new task's hidden choices: a template and the seed of its draws (and whatever the world needs)."""
+        return {"template": rng.choice(sorted(cls.hidden_schema.templates)), "choices": rng.randrange(2**31)}
+
+    @classmethod
+    def generate(cls, split: str, seed: int) -> Iterator[Task]:
+        name, rng = cls.spec.name, task_rng(f"{cls.spec.name}-tasks", seed)
+        while True:
+            hidden = cls.draw(rng)
+            made = cls.make(hidden)
+            if made is None:
+                continue
+            key = task_rng(made.question).randrange(10**9) if cls.ids_from_question else hidden["choices"]
+            yield Task(
+                env=name,
+                task_id=f"{name}-{hidden['template']}-{key}",
+                split=split,
+                difficulty=made.level,
+                seed=hidden["choices"],
+                instruction=made.question,
+                hidden={**hidden, "answer": made.answer, "subgoals": made.subgoals},
+            )
+
+    def _reset(self, task: Task) -> str:
+        self.reached: list[Any] = []  # every tool result so far, and the answer last
+        self.called: set[str] = set()  # every call made, as `name with Action Input: {...}`
+        made = self.make(task.hidden)
+        kept = (task.instruction, task.hidden["answer"], task.hidden["subgoals"])
+        if made is None or (made.question, made.answer, made.subgoals) != kept:
+            raise BadTask(
+                "the instruction, answer and subgoals are not what the template makes of these choices"
+            )
+        self.plan, self.expected, self.world = made.plan, made.expected, made.world
+        self.begin(task)
+        return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
+
+    def begin(self, task: Task) -> None:  # noqa: B027 (optional hook, not abstract)
+        """Set up what the tools read beyond the made world (today's date, which sheet is open)."""
 
     def tools(self) -> dict[str, tuple[Tool, Callable[..., Any]]]:
         raise NotImplementedError
-
-    plan: list[
-        tuple[str, str, dict[str, Any]]
-    ]  # the expert's calls: (thought, tool, arguments); set at reset
-
-    def start(self) -> None:
-        """Before the first step (subclasses then set up the task's world and `plan`)."""
-        self.reached: list[Any] = []  # every tool result so far, and the answer last
-        self.called: set[str] = set()  # every call made, as `name with Action Input: {...}`
 
     def expert_step(self) -> tuple[str, str]:
         """The first call of `plan` not made yet, then `finish_step`."""

@@ -18,44 +18,33 @@ The expert plays the shortest plan of its question's template, reading the answe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import date, timedelta
 from functools import lru_cache
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 
-from gymflow.envs.base import BadTask, EnvSpec, Hidden, Task, task_rng
-from gymflow.envs.tools import ACTION_CHARS, Tool, ToolEnv, ToolError, system_prompt
+from gymflow.envs.base import Task, task_rng
+from gymflow.envs.names import place_name
+from gymflow.envs.tools import (
+    Made,
+    Plan,
+    TemplateHidden,
+    Tool,
+    ToolEnv,
+    ToolError,
+    day_within,
+    tool_spec,
+)
 
 FIRST_DAY, LAST_DAY = date(2022, 1, 1), date(2024, 12, 31)
 TASK_DAYS = (date(2023, 1, 15), date(2024, 11, 30))  # today, in a task: room for the last month and the next
 FORECAST_DAYS = 16
 MAX_SPAN = 31  # days one call may cover
 STATION_KM = 50.0
-LEVELS = ("easy", "medium", "hard")
 AQI_LEVELS = ((20, "good"), (40, "fair"), (60, "moderate"), (80, "poor"), (100, "very poor"))
 
-SYLLABLES = [
-    "or",
-    "va",
-    "le",
-    "mi",
-    "ra",
-    "to",
-    "ne",
-    "sa",
-    "ki",
-    "lu",
-    "be",
-    "an",
-    "co",
-    "di",
-    "fe",
-    "ga",
-    "ho",
-    "ri",
-]
 COUNTRIES = ("NO", "PT", "IE", "IT", "BE", "PL", "ES", "AT", "CA", "AU", "JP", "CL", "NZ", "AR", "KE")
 
 
@@ -63,11 +52,8 @@ COUNTRIES = ("NO", "PT", "IE", "IT", "BE", "PL", "ES", "AT", "CA", "AU", "JP", "
 def cities() -> dict[str, dict[str, Any]]:
     """name -> latitude, longitude, elevation (m), country code, and its namesake elsewhere (or None)."""
     rng = task_rng("weather-world")
-    names: list[str] = []
-    while len(names) < 40:
-        name = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
-        if name not in names:
-            names.append(name)
+    used: set[str] = set()
+    names = [place_name(rng, used) for _ in range(40)]
     world = {}
     for name in names:
         lat, lon = round(rng.uniform(-45, 65), 4), round(rng.uniform(-120, 150), 4)
@@ -220,8 +206,6 @@ EXAMPLE = (
 
 
 # ---- tasks: each template gives its question, the expert's plan, the answer and the subgoals -------------------
-
-Plan = list[tuple[str, str, dict[str, Any]]]  # (thought, tool, arguments)
 
 
 def _where(city: str) -> tuple[float, float]:
@@ -403,31 +387,16 @@ TEMPLATES: dict[str, Callable[[Any, date, str], tuple[str, str, Plan, Any, list[
 }
 
 
-class WeatherHidden(Hidden):
-    template: str
-    choices: int = Field(ge=0)  # seeds the template's own draws (which cities, which days)
+class WeatherHidden(TemplateHidden):
+    templates = TEMPLATES
     current_date: str
     current_location: str
     answer: float | int | str
-    subgoals: list[Any] = Field(min_length=1, max_length=20)
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        if value not in TEMPLATES:
-            raise ValueError(f"not one of {sorted(TEMPLATES)}")
-        return value
 
     @field_validator("current_date")
     @classmethod
     def _today(cls, value: str) -> str:
-        try:
-            day = date.fromisoformat(value)
-        except ValueError:
-            raise ValueError("not a date YYYY-MM-DD") from None
-        if not TASK_DAYS[0] <= day <= TASK_DAYS[1]:
-            raise ValueError(f"outside {TASK_DAYS[0]} to {TASK_DAYS[1]}")
-        return value
+        return day_within(value, *TASK_DAYS)
 
     @field_validator("current_location")
     @classmethod
@@ -439,66 +408,38 @@ class WeatherHidden(Hidden):
 
 class Weather(ToolEnv):
     hidden_schema = WeatherHidden
-    spec = EnvSpec(
-        name="weather",
-        description="weather questions over 17 tools (AgentBoard)",
-        system_prompt=system_prompt(
-            "You are an autonomous intelligent agent. You can use actions to help people solve problems.",
-            TOOLS,
-            EXAMPLE,
-        ),
-        reward_range=(0.0, 1.0),
-        success_threshold=1.0,
-        max_action_chars=ACTION_CHARS,
+    spec = tool_spec(
+        "weather",
+        "weather questions over 17 tools (AgentBoard)",
+        TOOLS,
+        EXAMPLE,
         max_turns=15,
         expert="the template's shortest plan",
     )
 
     @classmethod
-    def difficulties(cls) -> list[str]:
-        return list(LEVELS)
+    def draw(cls, rng: Any) -> dict[str, Any]:
+        name = rng.choice(sorted(TEMPLATES))
+        today = TASK_DAYS[0] + timedelta(days=rng.randrange((TASK_DAYS[1] - TASK_DAYS[0]).days + 1))
+        home = rng.choice(sorted(cities()))
+        return {
+            "template": name,
+            "choices": rng.randrange(2**31),  # seeds the template's own draws (which cities, which days)
+            "current_date": today.isoformat(),
+            "current_location": home,
+        }
 
     @classmethod
-    def generate(cls, split: str, seed: int) -> Iterator[Task]:
-        rng = task_rng("weather-tasks", seed)
-        span = (TASK_DAYS[1] - TASK_DAYS[0]).days
-        while True:
-            name = rng.choice(sorted(TEMPLATES))
-            today, home = TASK_DAYS[0] + timedelta(days=rng.randrange(span + 1)), rng.choice(sorted(cities()))
-            choices = rng.randrange(2**31)
-            level, question, _, answer, subgoals = TEMPLATES[name](
-                task_rng("weather-choices", choices), today, home
-            )
-            yield Task(
-                env="weather",
-                task_id=f"weather-{name}-{choices}",
-                split=split,
-                difficulty=level,
-                seed=choices,
-                instruction=question,
-                hidden={
-                    "template": name,
-                    "choices": choices,
-                    "current_date": today.isoformat(),
-                    "current_location": home,
-                    "answer": answer,
-                    "subgoals": subgoals,
-                },
-            )
-
-    def _reset(self, task: Task) -> str:
-        self.start()
-        hidden = task.hidden
-        self.today, self.home = date.fromisoformat(hidden["current_date"]), hidden["current_location"]
-        made = TEMPLATES[hidden["template"]](
-            task_rng("weather-choices", hidden["choices"]), self.today, self.home
+    def make(cls, hidden: dict[str, Any]) -> Made:
+        today, home = date.fromisoformat(hidden["current_date"]), hidden["current_location"]
+        level, question, plan, answer, subgoals = TEMPLATES[hidden["template"]](
+            task_rng("weather-choices", hidden["choices"]), today, home
         )
-        _, question, self.plan, answer, subgoals = made
-        if (question, answer, subgoals) != (task.instruction, hidden["answer"], hidden["subgoals"]):
-            raise BadTask(
-                "the instruction, answer and subgoals are not what the template makes of these choices"
-            )
-        return f"{task.instruction}\nNew trial starts. Once you have finished the goal, take the 'finish' action."
+        return Made(level, question, answer, subgoals, plan)
+
+    def begin(self, task: Task) -> None:
+        self.today = date.fromisoformat(task.hidden["current_date"])
+        self.home = task.hidden["current_location"]
 
     # ---- the tools --------------------------------------------------------------------------------------------
 
