@@ -279,6 +279,7 @@ def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTCo
         bf16=use_bf16(cfg.bf16),
         activation_checkpointing=cfg.activation_checkpointing,
         use_cpu=not torch.cuda.is_available(),
+        ddp_find_unused_parameters=False,  # every trainable parameter takes part in each forward pass
         seed=cfg.seed,
         logging_steps=cfg.log_every,
         save_strategy="steps",
