@@ -602,3 +602,9 @@ def test_the_seccomp_program_gives_the_verdicts_worked_out_by_hand() -> None:
     arm = seccomp_program("aarch64", pid, False)
     assert _bpf(arm, SYSCALLS["aarch64"][0], 198, 0) == eperm  # socket on aarch64
     assert _bpf(arm, SYSCALLS["aarch64"][0], 129, pid) == allow  # kill of itself
+    # a session's harness forks and kills its cells' processes; everything else stays refused
+    harness = seccomp_program("x86_64", pid, False, harness=True)
+    verdict = lambda nr, arg0=0: _bpf(harness, x86, nr, arg0)  # noqa: E731
+    assert verdict(56, 0x11) == allow and verdict(62, pid + 1) == allow  # clone for fork, kill of a cell
+    assert verdict(41) == eperm and verdict(59) == eperm and verdict(101) == eperm  # socket, execve, ptrace
+    assert verdict(435) == enosys and verdict(0x40000000 + 41) == kill

@@ -47,6 +47,13 @@ def test_variables_persist_across_cells_and_die_with_the_session() -> None:
     with open_session("all") as s:
         assert s.run("x = 40").error is None
         assert s.run("x += 2\nprint(x)").output == "42\n"
+        # each cell runs in a process of its own: functions and classes cross by value, and read the globals of
+        # the namespace they were defined in, as it is now
+        s.run("import json\ndef f(a):\n    return a + x\nclass K:\n    def m(self):\n        return f(0)")
+        assert s.run("x = 1\nprint(f(1), K().m(), json.dumps([x]))").output == "2 1 [1]\n"
+        kept = s.run("g = (i for i in range(3))\nh = 5")
+        assert kept.output == "[not kept for the next cell, as they cannot be pickled: g]\n"
+        assert s.run("print('g' in dir(), h)").output == "False 5\n"
         pid = s.child.proc.pid
     assert s.child is None
     with pytest.raises(ProcessLookupError):
@@ -133,13 +140,17 @@ def test_time_bombs_stop_at_the_limits(mode: str) -> None:
         python_loop = s.run("while True:\n    pass")
         assert python_loop.error.endswith("TimeoutError: the cell ran out of time")
         assert not python_loop.restarted and s.run("print(kept)").output == "1\n"
-        # with SIGALRM blocked nothing inside stops the loop: the parent kills the process at wall_seconds
+        # with SIGALRM blocked nothing inside stops the loop: the harness kills the cell's process, and the
+        # variables are as the cell found them
         blocked = s.run(
-            "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\nwhile True:\n    pass"
+            "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\nkept = 2\nwhile True:\n"
+            "    pass"
         )
-        assert blocked.restarted and "interpreter was stopped (timeout)" in blocked.error
-        assert "NameError" in s.run("print(kept)").error  # a fresh interpreter: the variables are gone
-        assert s.run("print(1 + 1)").output == "2\n"
+        assert (
+            not blocked.restarted
+            and "ran out of time; the variables are as before this cell" in blocked.error
+        )
+        assert s.run("print(kept)").output == "1\n"
 
 
 def test_forged_frames_reach_no_further_than_honest_calls() -> None:
@@ -147,7 +158,7 @@ def test_forged_frames_reach_no_further_than_honest_calls() -> None:
     with Session(handler, FAST) as s:
         out_fd = "int(__import__('sys').argv[2])"
         garbage = s.run(f"import os; os.write({out_fd}, b'\\x00\\x00\\x00\\x05notjs')")
-        assert garbage.restarted and "result channel corrupted" in garbage.error
+        assert not garbage.restarted and "the cell wrote a malformed frame" in garbage.error
         # a call frame written by hand is just a call: same handler, same plain data
         forged = s.run(
             "import os, json\nd = json.dumps({'call': ['phone', 'x', [1], {}], 'id': 99}).encode()\n"
@@ -160,7 +171,7 @@ def test_forged_frames_reach_no_further_than_honest_calls() -> None:
             "import os, json\nd = json.dumps({'call': ['a', 'b', ['y' * 60000], {}], 'id': 1}).encode()\n"
             f"fd = {out_fd}\nwhile True:\n    os.write(fd, len(d).to_bytes(4, 'big') + d)"
         )
-        assert flood.restarted
+        assert not flood.restarted and "too many replies unread" in flood.error
         assert s.run("print('alive')").output == "alive\n"
 
 
@@ -180,10 +191,11 @@ SLOW = Limits(cpu_seconds=8, wall_seconds=4, memory_mb=128, case_seconds=1.5, ou
 def test_a_forged_done_frame_is_not_the_output() -> None:
     handler = Recorder()
     with Session(handler, FAST) as s:
-        cell = s.run(WRITE + DIG + "write({'done': {'output': 'FORGED', 'error': None, **extra}})")
+        s.run("kept = 1")
+        cell = s.run(WRITE + DIG + "kept = 2\nwrite({'done': {'output': 'FORGED', 'error': None, **extra}})")
         assert "FORGED" not in cell.output
-        assert cell.restarted and "result channel corrupted" in cell.error
-        assert s.run("print('alive')").output == "alive\n"
+        assert not cell.restarted and "the cell wrote a malformed frame" in cell.error
+        assert s.run("print(kept)").output == "1\n"  # a broken turn leaves the namespace as it found it
 
 
 AFTER_FORGERY = {
@@ -192,42 +204,35 @@ AFTER_FORGERY = {
     "calls-at-next-request": "import select\nselect.select([int(sys.argv[1])], [], [])\napis.supervisor.complete_task()",
     "prints-later": "import time\ntime.sleep(0.3)\nprint('LATE')",
 }
+# a done frame as the cell's harness writes one (an empty state: the next cell starts with no names)
+FORGED_DONE = "write({'done': True, 'error': None, 'state': ''})\n"
 
 
 @pytest.mark.parametrize("then", list(AFTER_FORGERY), ids=list(AFTER_FORGERY))
 def test_a_well_forged_done_ends_the_turn_with_what_it_printed_and_nothing_after_it_counts(then: str) -> None:
     handler = Recorder()
     with Session(handler, SLOW) as s:
-        forger = WRITE + DIG + "print('printed')\nwrite({'done': extra.get('token'), 'error': None})\n"
+        forger = WRITE + DIG + "print('printed')\n" + FORGED_DONE
         cell = s.run(forger + "import time\ntime.sleep(0.2)\n" + AFTER_FORGERY[then])
-        # the output is what the process wrote while the turn was open, never a frame's text
-        assert cell.output == "printed\n"
-        time.sleep(0.8)  # the forger's continuation acts, between turns
-        # the interpreter is stopped where its frames break the protocol: at the next cell (or at once, had the
-        # harness's own done frame come in the same read as the forged one)
-        stopped = cell if cell.restarted else s.run("print('next')")
-        assert (
-            stopped.restarted and "interpreter was stopped" in stopped.error and "LATE" not in stopped.output
-        )
-        assert s.run("print('ok')").output == "ok\n"
+        # the turn ends at the done frame, with what the process wrote until then; the process is killed there
+        assert cell.output == "printed\n" and cell.error is None and not cell.restarted
+        time.sleep(0.8)  # were the forger's continuation alive, it would act now, between turns
+        after = [s.run("print('next')"), s.run("print('ok')")]
+        assert [c.output for c in after] == ["next\n", "ok\n"] and not any(c.restarted for c in after)
     assert handler.calls == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the cell shares the harness's process: reading the pipe, it is the harness"
-)
-def test_a_forger_that_takes_the_next_request_off_the_pipe_acts_in_that_turn() -> None:
-    """The limit of the protocol, kept as a test: after a forged done, code that reads the next request itself
-    (so it knows that turn's token) can start the turn and call APIs before the real harness is back. The parent
-    then meets the harness's late done frame and stops the interpreter, but the call was answered."""
+def test_a_forger_that_reads_the_pipe_finds_no_request_to_take() -> None:
+    """After a forged done, code that reads the next request off the pipe it was given would, if it shared the
+    harness's process, start that turn itself and call APIs in it. Its process holds no pipe to the parent and
+    is killed at the done frame, so the next cell is the one sent, and no call is made."""
     handler = Recorder()
     with Session(handler, SLOW) as s:
         s.run(
-            WRITE + DIG + "write({'done': extra.get('token'), 'error': None})\nimport __main__\n"
-            "req = __main__.read_frame(int(sys.argv[1]))\nwrite({'start': req['token']})\n"
-            "apis.supervisor.complete_task()"
+            WRITE + DIG + FORGED_DONE + "import __main__\nreq = __main__.read_frame(int(sys.argv[1]))\n"
+            "write({'start': req['token']})\napis.supervisor.complete_task()"
         )
-        s.run("print('next')")
+        assert s.run("print('next')").output == "next\n"
     assert handler.calls == []
 
 
@@ -294,12 +299,14 @@ def test_a_cells_signal_mask_handlers_and_streams_do_not_outlive_it() -> None:
         assert not loop.restarted and loop.error.endswith("TimeoutError: the cell ran out of time")
         assert "Current thread" not in loop.output  # faulthandler's traceback on SIGALRM is gone
         killed = s.run("import os, signal\nos.kill(os.getpid(), signal.SIGUSR1)")
-        assert killed.restarted and "signal 10" in killed.error  # SIGUSR1's default action is back
+        assert not killed.restarted and "signal 10" in killed.error  # SIGUSR1's default action is back
 
 
-def test_a_session_runs_one_thread() -> None:
+def test_a_session_runs_one_thread_and_outlives_its_cells() -> None:
     with pytest.raises(UserError, match="processes"):
         Session(Recorder(), Limits(processes=2))
+    with pytest.raises(UserError, match="wall_seconds"):
+        Session(Recorder(), Limits(wall_seconds=1, case_seconds=0.8))
 
 
 def test_a_reply_left_half_sent_at_done_is_finished_before_the_next_cell() -> None:

@@ -28,7 +28,7 @@ ERROR_CHARS = 300  # an error is one line of at most this many characters
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_THREAD = 0x00020000, 0x10000000, 0x40000000, 0x00010000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 MS_PRIVATE = 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 4, 38, 22, 2
 
 # <linux/landlock.h>: the syscalls share their numbers on every architecture.
 LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446
@@ -331,10 +331,12 @@ def _landlock(libc: Any, home: str, writable_home: bool) -> None:
         os.close(ruleset)
 
 
-def seccomp_program(arch: str, pid: int, threads: bool) -> bytes:
+def seccomp_program(arch: str, pid: int, threads: bool, harness: bool = False) -> bytes:
     """A classic BPF program for seccomp: kill on a foreign architecture (x32 included); EPERM for the refused
     syscalls, for signals and pidfds aimed at any process but `pid`, and for clone unless it starts a thread
-    (`threads`); ENOSYS for clone3, whose flags it cannot read (glibc then falls back to clone); allow the rest."""
+    (`threads`); ENOSYS for clone3, whose flags it cannot read (glibc then falls back to clone); allow the rest.
+    A session's `harness`, which runs no candidate code, may fork and signal the processes that run its cells;
+    each of those installs the full program over this one (filters stack: the stricter answer holds)."""
     audit_arch, refused, own_pid_only, clones = SYSCALLS[arch]
     errno_eperm, errno_enosys = 0x00050000 | 1, 0x00050000 | 38
     out: list[tuple[int, int, int, int]] = [
@@ -348,6 +350,9 @@ def seccomp_program(arch: str, pid: int, threads: bool) -> bytes:
     for nr in refused.values():
         out += [(BPF_JEQ, 0, 1, nr), (BPF_RET, 0, 0, errno_eperm)]
     out += [(BPF_JEQ, 0, 1, clones["clone3"]), (BPF_RET, 0, 0, errno_enosys)]
+    if harness:
+        out += [(BPF_RET, 0, 0, SECCOMP_ALLOW)]
+        return _bpf(out)
     # clone: flags are argument 0 (low 32 bits at offset 16); a thread keeps CLONE_THREAD
     if threads:
         out += [(BPF_JEQ, 0, 4, clones["clone"]), (BPF_LD_ABS, 0, 0, 16), (BPF_JSET, 1, 0, CLONE_THREAD)]
@@ -361,12 +366,16 @@ def seccomp_program(arch: str, pid: int, threads: bool) -> bytes:
         out += [(BPF_JEQ, len(allowed) - i, 0, value) for i, value in enumerate(allowed)]
         out += [(BPF_RET, 0, 0, errno_eperm), (BPF_RET, 0, 0, SECCOMP_ALLOW)]
     out += [(BPF_RET, 0, 0, SECCOMP_ALLOW)]
+    return _bpf(out)
+
+
+def _bpf(program: list[tuple[int, int, int, int]]) -> bytes:
     import struct
 
-    return b"".join(struct.pack("<HBBI", *insn) for insn in out)
+    return b"".join(struct.pack("<HBBI", *insn) for insn in program)
 
 
-def _seccomp(libc: Any, threads: bool) -> None:
+def _seccomp(libc: Any, threads: bool, harness: bool = False) -> None:
     """Install `seccomp_program` for this process (no_new_privs must be set). OSError if the kernel refuses."""
     import ctypes
     import platform
@@ -374,7 +383,7 @@ def _seccomp(libc: Any, threads: bool) -> None:
     arch = platform.machine()
     if arch not in SYSCALLS:
         raise OSError(0, f"seccomp: no syscall table for {arch}")
-    program = seccomp_program(arch, os.getpid(), threads)
+    program = seccomp_program(arch, os.getpid(), threads, harness)
     code = ctypes.create_string_buffer(program, len(program))
 
     class Fprog(ctypes.Structure):
@@ -400,8 +409,11 @@ def _reachable_by_others(path: str) -> bool:
         path = os.path.dirname(path)
 
 
-def put_up_walls(setup: dict[str, Any]) -> tuple[list[str], str]:
-    """Apply every layer the kernel allows; return the names of those that hold and the private directory."""
+def put_up_walls(setup: dict[str, Any], harness: bool = False) -> tuple[list[str], str, Any]:
+    """Apply every layer the kernel allows; return the names of those that hold, the private directory and libc
+    (None where ctypes cannot load it). A session's `harness` keeps one more process for the cell it runs, may
+    fork and signal it (its cells' processes close that door behind them: `enclose_cell`), and cannot be traced
+    or read through /proc by them."""
     layers: list[str] = []
     want = setup["layers"]  # all of them, except in tests that check one defence without the others
     home = os.getcwd()
@@ -439,7 +451,11 @@ def put_up_walls(setup: dict[str, Any]) -> tuple[list[str], str]:
     for name, soft, hard in (
         ("RLIMIT_CPU", limits["cpu"], limits["cpu"] + 1),  # SIGXCPU at soft, SIGKILL at hard
         ("RLIMIT_FSIZE", limits["file"], limits["file"]),
-        ("RLIMIT_NPROC", limits["processes"], limits["processes"]),  # binds a non-root uid only
+        (
+            "RLIMIT_NPROC",
+            limits["processes"] + harness,
+            limits["processes"] + harness,
+        ),  # binds a non-root uid
         ("RLIMIT_NOFILE", 64, 64),
         ("RLIMIT_CORE", 0, 0),
         ("RLIMIT_AS", limits["memory"], limits["memory"]),
@@ -457,9 +473,12 @@ def put_up_walls(setup: dict[str, Any]) -> tuple[list[str], str]:
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
         layers.append("uid")
-    if libc is not None:  # after the uid change, which clears it: die with the parent
+    if libc is not None:  # after the uid change, which clears them: die with the parent; no tracing by a cell
         with contextlib.suppress(OSError):
             _call(libc, "prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if harness:
+            with contextlib.suppress(OSError):
+                _call(libc, "prctl", PR_SET_DUMPABLE, 0, 0, 0, 0)
     if os.getppid() != setup["parent"]:
         os._exit(1)
     # Without namespaces these two are the walls (with them, a second one): both need no_new_privs, no root.
@@ -471,13 +490,18 @@ def put_up_walls(setup: dict[str, Any]) -> tuple[list[str], str]:
             pass
     if libc is not None and "nonewprivs" in layers and "seccomp" in want:
         try:
-            _seccomp(libc, threads=limits["processes"] > 1)
+            _seccomp(libc, threads=limits["processes"] > 1, harness=harness)
             layers.append("seccomp")
         except OSError:
             pass
-    for module in ("ctypes", "_ctypes", "ctypes._endian"):  # loaded above; candidates must import it anew
+    if not harness:  # a session's cells' processes use it, then drop it (`enclose_cell`)
+        _forget_ctypes()
+    return layers, home, libc
+
+
+def _forget_ctypes() -> None:
+    for module in ("ctypes", "_ctypes", "ctypes._endian"):  # loaded here; candidates must import it anew
         sys.modules.pop(module, None)
-    return layers, home
 
 
 def install_audit_hook(home: str) -> None:
@@ -747,73 +771,290 @@ def run_cell(source: str, namespace: dict[str, Any], timer: _Timer) -> str | Non
     return error
 
 
-class _Reset:
-    """What the process looked like before the first cell, put back after every cell, so that nothing a cell
-    arms acts in a later turn by itself: interval timers (and alarm), signal handlers, the signal mask and
-    wakeup fd, faulthandler's handlers, SIGIO on the harness's pipes, trace, profile and gc hooks, the
-    unraisable hook, sys.stdout and sys.stderr. Audit hooks cannot be removed, so cells get no way to add one.
-
-    It is the harness's good faith, not a wall: a cell can rewrite this object or the modules it calls (it shares
-    the interpreter). The parent's turn protocol (gymflow/sandbox/session.py) is what holds regardless."""
-
-    def __init__(self, fds: tuple[int, ...]) -> None:
-        import faulthandler
-        import fcntl
-        import gc
-
-        self.fds, self.gc, self.fcntl, self.faulthandler = fds, gc, fcntl, faulthandler
-        found = {sig: signal.getsignal(sig) for sig in signal.valid_signals()}
-        self.handlers = {
-            sig: signal.SIG_DFL if h is None else h for sig, h in found.items()
-        }  # None: set in C
-        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-        self.streams = sys.stdout, sys.stderr
-        self.unraisable = sys.unraisablehook
-        for name in ("addaudithook", "monitoring"):  # hooks that, once set, no one could take back
-            if hasattr(sys, name):
-                delattr(sys, name)
-
-    def __call__(self) -> None:
-        for which in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
-            signal.setitimer(which, 0)
-        for sig, handler in self.handlers.items():  # before the mask, so a signal left pending meets these
-            with contextlib.suppress(RuntimeError):  # SIGSEGV and the like: faulthandler's own, see disable()
-                self.faulthandler.unregister(sig)
-            if signal.getsignal(sig) is not handler:
-                signal.signal(sig, handler)
-        self.faulthandler.disable()
-        signal.set_wakeup_fd(-1)
-        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
-        for fd in self.fds:
-            with contextlib.suppress(OSError):
-                flags = self.fcntl.fcntl(fd, self.fcntl.F_GETFL)
-                self.fcntl.fcntl(fd, self.fcntl.F_SETFL, flags & ~os.O_ASYNC)
-        sys.settrace(None)
-        sys.setprofile(None)
-        self.gc.callbacks.clear()
-        sys.unraisablehook = self.unraisable
-        sys.stdout, sys.stderr = self.streams
-        for stream in self.streams:
-            with contextlib.suppress(Exception):
-                stream.flush()
+STATE_BYTES = 32 << 20  # the pickled namespace a session keeps between cells, at most
+GRACE = 0.5  # seconds a cell's process has past case_seconds (loading and pickling its namespace)
+PICKLER = "cloudpickle.cloudpickle"  # the module name the parent's cloudpickle source is loaded as
+ANCHOR = "__gymflow_globals__"  # see `_dump`
 
 
-def session(in_fd: int, out_fd: int, seconds: float) -> None:
-    """A persistent interpreter: run each {"cell": source, "token": t} in one namespace, between a {"start": t}
-    frame and a {"done": t, "error": ...} frame; the parent answers API calls only in between."""
-    link = _Link(in_fd, out_fd)
-    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__, "apis": _Apis(link)}
+def session(in_fd: int, out_fd: int, setup: dict[str, Any], layers: list[str], home: str, libc: Any) -> None:
+    """A persistent interpreter whose every cell runs in a process of its own. For each {"cell": source,
+    "token": t}: answer {"start": t}; fork a process that loads the namespace the last cell left, runs the cell
+    and sends the namespace back pickled; pass its API calls to the parent and the replies back; kill it; answer
+    {"done": t, "error": ...}. This process runs no candidate code and loads no pickle, and the cell's process
+    has none of its pipes to the parent, so a cell can neither write a frame the parent reads as the harness's
+    nor read the next request, and whatever it starts (a timer, a hook, code after a forged done) dies with it
+    when its turn ends. A cell that dies or runs out of time leaves the namespace as it was before it."""
+    pickler = _load_pickler(setup["pickler"])
     for stream in (sys.stdout, sys.stderr):  # any str prints (a lone surrogate too)
         stream.reconfigure(errors="backslashreplace")
-    timer = _Timer(seconds)
-    reset = _Reset((in_fd, out_fd, 0, 1, 2))
-    while (request := read_frame(in_fd)) is not None:
-        if isinstance(request, dict) and isinstance(request.get("cell"), str):  # else a stale call reply
-            token = request.get("token")
-            write_frame(out_fd, {"start": token})
-            error = run_cell(request["cell"], namespace, timer)
-            reset()
-            write_frame(out_fd, {"done": token, "error": error})
+    requests = _Frames(in_fd)
+    state, cpu_left = _empty(pickler), float(setup["limits"]["cpu"])
+    import gc
+
+    gc.freeze()  # the cells' processes collect their own garbage without touching (and copying) these objects
+    while (frame := requests.next()) is not None:
+        request = json.loads(frame)
+        if not (isinstance(request, dict) and isinstance(request.get("cell"), str)):
+            continue  # a reply to a call of a cell whose process is gone
+        token = request.get("token")
+        write_frame(out_fd, {"start": token})
+        if cpu_left <= 0:
+            error = "Execution failed. Traceback:\nRuntimeError: the episode's CPU time is spent"
+        else:
+            cell = _CellProcess(request["cell"], state, setup, layers, home, libc, cpu_left, in_fd, out_fd)
+            error, left, spent = cell.serve(requests)
+            state, cpu_left = left if left is not None else state, cpu_left - spent
+        write_frame(out_fd, {"done": token, "error": error})
+
+
+class _Frames:
+    """Length-prefixed frames read off `fd` whole, whether one is waited for or taken as bytes arrive."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buffer = fd, bytearray()
+
+    def next(self) -> bytes | None:
+        """The next frame, waiting for it; None when the pipe closes."""
+        while (frame := self.take()) is None:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        return frame
+
+    def take(self) -> bytes | None:
+        """The next frame if it has all arrived (after a read into `buffer`), else None."""
+        if len(self.buffer) < 4:
+            return None
+        size = int.from_bytes(self.buffer[:4], "big")
+        if len(self.buffer) < 4 + size:
+            return None
+        frame = bytes(self.buffer[4 : 4 + size])
+        del self.buffer[: 4 + size]
+        return frame
+
+
+class _CellProcess:
+    """One cell's process and the harness's side of its turn."""
+
+    def __init__(self, source: str, state: bytes, setup: dict[str, Any], layers: list[str], home: str,
+                 libc: Any, cpu_left: float, in_fd: int, out_fd: int) -> None:  # fmt: skip
+        to_cell_r, self.to_cell = os.pipe()
+        self.from_cell, from_cell_w = os.pipe()
+        self.out_fd, self.seconds, harness = out_fd, setup["seconds"], os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:  # the cell's process: it never returns
+            try:
+                os.close(self.to_cell)
+                os.close(self.from_cell)
+                os.dup2(
+                    to_cell_r, in_fd
+                )  # the parent's pipes are closed here; the cell sees the numbers it knew
+                os.dup2(from_cell_w, out_fd)
+                os.close(to_cell_r)
+                os.close(from_cell_w)
+                enclose_cell(harness, setup, layers, home, libc, cpu_left)
+                run_cell_process(source, state, in_fd, out_fd, setup["seconds"])
+            finally:
+                os._exit(0)
+        os.close(to_cell_r)
+        os.close(from_cell_w)
+
+    def serve(self, requests: _Frames) -> tuple[str | None, bytes | None, float]:
+        """Relay the turn until the cell's done frame (or its death, or its time), then kill the process:
+        (the cell's error, the namespace it left or None where it sent none, the CPU seconds it spent)."""
+        try:
+            error, state = self._relay(requests)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(self.pid, 0)
+            os.close(self.from_cell)
+            os.close(self.to_cell)
+        spent = usage.ru_utime + usage.ru_stime
+        if state is None:  # no done frame: the variables stay as they were before the cell
+            why = error or _ended(status)
+            return f"Execution failed. Traceback:\n{why}; the variables are as before this cell", None, spent
+        return error, state, spent
+
+    def _relay(self, requests: _Frames) -> tuple[str | None, bytes | None]:
+        """Pass the cell's call frames to the parent and the parent's replies to the cell: (error, state) from
+        its done frame, or (why, None) where it broke off."""
+        import selectors
+        import time
+
+        from_cell, to_cell = _Frames(self.from_cell), bytearray()
+        deadline = time.monotonic() + self.seconds + GRACE
+        os.set_blocking(self.to_cell, False)
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.from_cell, selectors.EVENT_READ)
+            selector.register(requests.fd, selectors.EVENT_READ)
+            while True:
+                writing = self.to_cell in selector.get_map()
+                if to_cell and not writing:
+                    selector.register(self.to_cell, selectors.EVENT_WRITE)
+                elif writing and not to_cell:
+                    selector.unregister(self.to_cell)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "TimeoutError: the cell ran out of time", None
+                for key, _ in selector.select(left):
+                    if key.fd == self.to_cell:
+                        with contextlib.suppress(BlockingIOError, BrokenPipeError):
+                            del to_cell[: os.write(self.to_cell, to_cell[: 1 << 16])]
+                    elif key.fd == requests.fd:
+                        if not _read_all(requests):
+                            os._exit(0)  # the parent is gone: so is this process, and the cell's with it
+                        while (reply := requests.take()) is not None:
+                            to_cell += len(reply).to_bytes(4, "big") + reply
+                        if len(to_cell) > MAX_FRAME * 4:  # below what the parent queues (MAX_PENDING)
+                            return "RuntimeError: the cell left too many replies unread", None
+                    else:
+                        chunk = os.read(self.from_cell, 1 << 16)
+                        if not chunk:
+                            return None, None  # it ended without a done frame
+                        from_cell.buffer += chunk
+                        if int.from_bytes(from_cell.buffer[:4].ljust(4, b"\0"), "big") > STATE_BYTES * 2:
+                            return "RuntimeError: the cell wrote a frame too large to be one", None
+                        while (frame := from_cell.take()) is not None:
+                            done = self._pass(frame)
+                            if done is not None:
+                                return done
+
+    def _pass(self, frame: bytes) -> tuple[str | None, bytes | None] | None:
+        """A call frame goes to the parent as it is (the parent checks it); a done frame ends the turn."""
+        try:
+            obj = json.loads(frame)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and "call" in obj and len(frame) <= MAX_FRAME:
+            write_frame_bytes(self.out_fd, frame)
+            return None
+        if isinstance(obj, dict) and obj.keys() == {"done", "error", "state"}:
+            error, state = obj["error"], obj["state"]
+            if (error is None or isinstance(error, str)) and isinstance(state, str):
+                import base64
+
+                with contextlib.suppress(ValueError):
+                    return error, base64.b64decode(state, validate=True)
+        return "RuntimeError: the cell wrote a malformed frame", None
+
+
+def _read_all(frames: _Frames) -> bool:
+    """Read what the parent has written so far into `frames.buffer` (the parent's replies must not wait in its
+    queue while the harness passes on calls); False when its pipe has closed."""
+    os.set_blocking(frames.fd, False)
+    try:
+        while True:
+            try:
+                chunk = os.read(frames.fd, 1 << 16)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            frames.buffer += chunk
+    finally:
+        os.set_blocking(frames.fd, True)
+
+
+def _ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"RuntimeError: the cell's process was killed (signal {os.WTERMSIG(status)})"
+    return f"RuntimeError: the cell's process exited (code {os.waitstatus_to_exitcode(status)})"
+
+
+def enclose_cell(
+    harness: int, setup: dict[str, Any], layers: list[str], home: str, libc: Any, cpu_left: float
+) -> None:
+    """Close, in the cell's process and before any candidate code, what the harness keeps open: die with the
+    harness, no further process (RLIMIT_NPROC of the uid, and seccomp's full program, whose signal rules name
+    this process), the episode's CPU time left, and the audit hook."""
+    import math
+    import resource
+
+    if libc is not None:
+        _call(libc, "prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != harness:
+        os._exit(1)
+    processes = setup["limits"]["processes"]
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    seconds = max(1, math.ceil(cpu_left))
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+    if "seccomp" in layers:
+        _seccomp(libc, threads=False)  # an OSError here ends the process: no candidate code runs
+    _forget_ctypes()
+    if "audit" in layers:
+        install_audit_hook(home)
+
+
+def run_cell_process(source: str, state: bytes, in_fd: int, out_fd: int, seconds: float) -> None:
+    """Load the namespace, run the cell, send {"done": true, "error": ..., "state": the namespace pickled}."""
+    import base64
+
+    pickler = sys.modules[PICKLER]
+    apis = _Apis(_Link(in_fd, out_fd))
+    try:
+        if not state:  # a done frame a cell wrote itself may send none: it has no names
+            state = _empty(pickler)
+        loaded = pickler.loads(state)
+        namespace = loaded.pop(ANCHOR).__globals__  # the globals every loaded function shares
+        namespace.update(loaded)
+    except BaseException as exc:  # noqa: BLE001 -- a value's own loader may raise anything
+        print(f"[the variables could not be restored, so none are: {error_line(exc)}]")
+        namespace = {}
+    namespace.update({"__name__": "__main__", "__builtins__": __builtins__, "apis": apis})
+    error = run_cell(source, namespace, _Timer(seconds))
+    kept, lost = _dump(namespace, pickler, apis)
+    if lost:
+        print(f"[not kept for the next cell, as they cannot be pickled: {', '.join(lost)}]")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    write_frame(out_fd, {"done": True, "error": error, "state": base64.b64encode(kept).decode()})
+
+
+def _dump(namespace: dict[str, Any], pickler: Any, apis: Any) -> tuple[bytes, list[str]]:
+    """The namespace pickled (by value: functions and classes the cells defined too), and the names left out:
+    those that cannot be pickled (a generator, an open file), or all of them past STATE_BYTES. Beside the names
+    goes ANCHOR, a function of the namespace: loaded, its globals are the dict every loaded function reads its
+    globals from, which the next cell then runs in (so `x += 1` is what a function defined earlier sees)."""
+    import types
+
+    keep = {k: v for k, v in namespace.items() if k not in ("__name__", "__builtins__") and v is not apis}
+    keep[ANCHOR] = types.FunctionType(compile("None", "<anchor>", "eval"), namespace)
+    lost = []
+    for _ in range(2):  # all at once (shared references stay shared); else find the ones that fail
+        try:
+            data = pickler.dumps(keep)
+        except BaseException:  # noqa: BLE001 -- a value's own reducer may raise anything
+            for name in list(keep):
+                try:
+                    pickler.dumps(keep[name])
+                except BaseException:  # noqa: BLE001
+                    lost.append(name)
+                    del keep[name]
+            continue
+        if len(data) > STATE_BYTES:
+            return _empty(pickler), sorted(set(keep) - {ANCHOR})
+        return data, lost
+    return _empty(pickler), sorted({*lost, *keep} - {ANCHOR})
+
+
+def _empty(pickler: Any) -> bytes:
+    """A namespace with no names, as `_dump` writes one."""
+    return _dump({}, pickler, None)[0]
+
+
+def _load_pickler(source: str) -> Any:
+    """cloudpickle (the parent sends its source: this interpreter sees the standard library only), loaded as the
+    module its pickles name."""
+    import types
+
+    module = types.ModuleType(PICKLER)
+    sys.modules[PICKLER] = sys.modules["cloudpickle"] = module
+    exec(compile(source, "cloudpickle.py", "exec"), module.__dict__)  # noqa: S102 -- the parent's own package
+    return module
 
 
 def write_frame_bytes(fd: int, data: bytes) -> None:
@@ -833,9 +1074,10 @@ def main(in_fd: int, out_fd: int, mode: str = "requests") -> None:
             read_all(in_fd)
         )  # from the parent, which the child trusts; never the other way
     setup = payload["setup"]
-    layers, home = put_up_walls(setup)
+    layers, home, libc = put_up_walls(setup, harness=mode == "session")
     if "audit" in setup["layers"]:
-        install_audit_hook(home)
+        if mode != "session":  # a session's harness runs no candidate code: each cell's process installs it
+            install_audit_hook(home)
         layers.append("audit")
     missing = contained(layers)
     if missing and not setup["trusted"]:  # fail closed: no candidate code runs
@@ -843,7 +1085,7 @@ def main(in_fd: int, out_fd: int, mode: str = "requests") -> None:
         os._exit(0)
     write_frame(out_fd, {"layers": layers})
     if mode == "session":
-        session(in_fd, out_fd, setup["seconds"])
+        session(in_fd, out_fd, setup, layers, home, libc)
     else:
         serve(payload["requests"], out_fd, setup["seconds"])
     sys.stdout.flush()

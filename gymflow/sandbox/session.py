@@ -6,32 +6,35 @@
     session.close()                       # the interpreter and everything it defined are gone
 
 The interpreter is one sandbox process (`gymflow.sandbox.launch`: the same walls as `run_tests`, network,
-files, processes, rlimits, audit hook) that lives from the first cell to `close`, so variables persist across
-turns. Inside it, `apis.<app>.<api>(*args, **kwargs)` is a proxy: it sends (app, api, args, kwargs) as a JSON
-frame and waits for the reply, which `handler` computes here, in the parent. The world's state, the task's
-checks and the handler never enter the child; it can only ask, with plain data, and a forged frame asks no more
-than an honest call.
+files, processes, rlimits) that lives from the first cell to `close`: the harness. It runs no candidate code
+itself: each cell runs in a process the harness forks for it (the audit hook, seccomp's full program and the
+rest of the limits go up there, before the cell), which loads the namespace the previous cell left (pickled by
+value with cloudpickle: variables, functions, classes; a name that cannot be pickled, such as a generator, is
+dropped with a note in the output), runs the cell, and sends the namespace back. Inside it,
+`apis.<app>.<api>(*args, **kwargs)` is a proxy: it sends (app, api, args, kwargs) as a JSON frame, which the
+harness passes on, and waits for the reply, which `handler` computes here, in the parent. The world's state,
+the task's checks and the handler never enter the sandbox; a cell can only ask, with plain data, and a forged
+frame asks no more than an honest call.
 
 A turn: the parent sends {"cell": source, "token": t}, t fresh and random; the harness answers {"start": t},
-the cell's calls, then {"done": t, "error": ...} once the cell has returned and the harness has put back what a
-cell could leave armed (timers, signal handlers, hooks: `child._Reset`). The cell shares the harness's process
-and can write frames too, so the parent trusts only what it can check from outside: the output is what the
-process wrote to its stdout while the turn was open (no frame carries text); calls are answered only between
-the start and the done of the turn in flight; and a frame out of that order, or anything written between
-turns (a timer's call, code still running after a forged done), stops the interpreter before its call is
-answered. Threads are refused (Limits.processes must be 1), so nothing runs beside the harness.
-What this cannot stop: code that reads the next request off the pipe itself is, to every check here, the
-harness, and can act in that turn before the next cell does (tests/test_session.py keeps it as an xfail).
+the cell's calls, then {"done": t, "error": ...} once the cell's process has sent its done frame (or died, or
+run out of time) and has been killed. The cell's process holds no pipe to the parent, only its own to the
+harness, so it cannot write a frame the parent takes for the harness's, nor read the next request; and nothing
+it starts (a timer, a hook, code that goes on after a done frame it wrote early) outlives its turn. The output
+is what was written to the process's stdout while the turn was open (no frame carries text). A cell that dies
+or runs out of time leaves the namespace as it was before it. Threads are refused (Limits.processes must be 1).
 
-Limits: each cell has `case_seconds` of wall time inside the child (SIGALRM raises into Python code), and
-`wall_seconds` here, after which the process is killed (a C-level loop, a blocked signal); CPU seconds and
-memory are rlimits of the whole episode's process. A killed or dead interpreter is reported in the cell's error
-and a fresh one starts at the next cell (its variables lost, as after a kernel restart).
+Limits: each cell has `case_seconds` of wall time inside its process (SIGALRM raises into Python code), and
+half a second more before the harness kills it (a C-level loop, a blocked signal); `wall_seconds` bounds the
+harness here. CPU seconds are the episode's, summed over its cells' processes; memory is a limit of each. A
+harness that dies is reported in the cell's error and a fresh one starts at the next cell (the variables lost,
+as after a kernel restart).
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import os
 import pickle
@@ -40,10 +43,12 @@ import selectors
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gymflow.errors import UserError
 from gymflow.sandbox import LAYERS, Child, Limits, _death, _take_frames, launch, refusal
+from gymflow.sandbox.child import GRACE
 
 MAX_CALLS = 1_000  # API calls one cell may make; later ones are refused (a loop over a paginated list fits)
 MAX_FRAMES = 1 << 16  # frames one read may carry (64 KiB of the smallest); more is a forger's flood
@@ -78,6 +83,11 @@ class Session:
             raise UserError(
                 f"sandbox session: Limits.processes must be 1, got {limits.processes}: a thread or process that "
                 "a cell started would go on running after its turn"
+            )
+        if limits.wall_seconds <= limits.case_seconds + GRACE:  # else the harness dies before its cell does
+            raise UserError(
+                f"sandbox session: Limits.wall_seconds ({limits.wall_seconds}) must exceed case_seconds + "
+                f"{GRACE} ({limits.case_seconds + GRACE}): the harness kills a cell that long after it started"
             )
         self.handler, self.limits, self.want = handler, limits, want
         self.child: Child | None = None
@@ -125,9 +135,9 @@ class Session:
     def _start(self) -> str | None:
         """Launch the child and read its first frame (the walls that held); why it failed, or None."""
         child = launch(self.limits, self.want, mode="session")
-        body = pickle.dumps({"setup": child.setup})
+        body = pickle.dumps({"setup": child.setup | {"pickler": _pickler_source()}})
         try:
-            os.write(child.in_w, len(body).to_bytes(4, "big") + body)  # small: fits the pipe
+            os.write(child.in_w, len(body).to_bytes(4, "big") + body)  # about 40 KB: fits the pipe
             deadline = time.monotonic() + self.limits.wall_seconds
             frames: list[dict[str, Any]] = []
             while not frames:
@@ -333,6 +343,15 @@ def _send(fd: int, pending: bytearray) -> str | None:
         return "exited"
     del pending[:sent]
     return None
+
+
+@functools.cache
+def _pickler_source() -> str:
+    """cloudpickle's source, which the harness loads (it sees the standard library only): a cell's namespace
+    crosses to the next cell's process pickled by value, functions and classes included."""
+    import cloudpickle.cloudpickle
+
+    return Path(cloudpickle.cloudpickle.__file__).read_text()
 
 
 def _frame(obj: dict[str, Any]) -> bytes:
