@@ -31,6 +31,7 @@ TASK_LIMITS: dict[str, dict[str, int]] = {
     "sheet": {"total": 20_000},  # endless (7 templates x generated workbooks)
     "search": {"total": 800},  # 7 question kinds over a fixed world; 270 3-hop questions, balanced draws
     "webshop": {"total": 6_000},  # instructions drawn from 3,000 products (~40 ms each: a search)
+    "webnav": {"total": 750},  # 11 templates over a fixed site; 264 easy objectives, balanced draws
 }
 ENV_NAMES: tuple[str, ...] = tuple(TASK_LIMITS)
 # name -> the observation formats it can show (`instructions.views`; the first is the default) and who can play

@@ -15,6 +15,7 @@ from gymflow.envs.movie import Movie
 from gymflow.envs.sheet import Sheet
 from gymflow.envs.todo import Todo
 from gymflow.envs.weather import Weather
+from gymflow.envs.webnav import Webnav
 from gymflow.errors import UserError
 
 
@@ -88,6 +89,7 @@ ENVS: dict[str, type[Env]] = {
     "sheet": Sheet,
     "search": Search,
     "webshop": WebShop,
+    "webnav": Webnav,
 }
 
 
