@@ -21,6 +21,7 @@ from gymflow.envs.maze import Maze
 from gymflow.envs.sql import Sql
 from gymflow.envs.textcraft import TextCraft
 from gymflow.envs.weather import Weather
+from gymflow.envs.webshop import WebShop
 from gymflow.envs.wordle import Wordle, word_lists
 from gymflow.errors import UserError
 from gymflow.remote.env_client import EnvMaker, EnvUnavailable, HttpEnv
@@ -691,6 +692,30 @@ def test_agentgym_sqlgym_client_plays_one_step_episodes_under_sqlgym():
     assert client.post("/sqlgym/step", json={"action": "SELECT 1", "env_idx": sid + 7}).status_code == 404
     assert client.post("/sqlgym/step", json={"env_idx": sid}).status_code == 400
     assert TestClient(create_app("maze", MAZES)).post("/sqlgym/create").status_code == 404  # sql's alone
+
+
+def test_agentgym_webshop_client_buys_under_agentgym():
+    """WebshopEnvClient (agentenv/envs/webshop.py): create with an empty POST (the answer is the id itself), reset
+    with {"session_id", "env_idx"} (the answer: a list whose first item it replaces by GET /observation?env_idx=),
+    step with search[...] or click[...] cut from the reply ({state, reward, done})."""
+    tasks = build_splits(WebShop, 0, 3, seed=0)["eval"]
+    client = TestClient(create_app("webshop", tasks))
+    sid = client.post("/agentgym/create").json()
+    assert isinstance(sid, int)
+    for idx in (2, 0):
+        local = make_env("webshop")
+        response = client.post("/agentgym/reset", json={"session_id": idx, "env_idx": sid}).json()
+        assert isinstance(response, list)
+        response[0] = client.get(f"/agentgym/observation?env_idx={sid}").json()
+        assert response[0] == local.reset(tasks[idx])
+        while not local.done:
+            action = local.expert_step()[1]
+            out = client.post("/agentgym/step", json={"action": action, "env_idx": sid}).json()
+            step = local.step(action)
+            assert (out["state"], out["reward"], out["done"]) == (step.observation, step.reward, step.done)
+        assert out["reward"] == 1.0
+    assert client.post("/agentgym/reset", json={"session_id": 99, "env_idx": sid}).status_code == 400
+    assert client.post("/agentgym/step", json={"action": "click[x]", "env_idx": sid + 7}).status_code == 404
 
 
 def test_agentgym_tool_clients_play_full_episodes_under_agentgym():

@@ -411,9 +411,10 @@ def create_app(
         app.include_router(
             _indexed_router("sqlgym", sessions, body, pick, reset, play_step), prefix="/sqlgym"
         )
-    if env_name in TOOL_ENVS:
+    if env_name in TOOL_ENVS or env_name == "webshop":
+        dialect = "webshop" if env_name == "webshop" else "tool"
         app.include_router(
-            _indexed_router("tool", sessions, body, pick, reset, play_step), prefix="/agentgym"
+            _indexed_router(dialect, sessions, body, pick, reset, play_step), prefix="/agentgym"
         )
     return app
 
@@ -429,6 +430,7 @@ class IndexedReset(_Body):
     env_idx: StrictInt
     item_id: StrictInt | None = None  # SQLGym's name of the task's index
     id: StrictInt | None = None  # the tool environments' name of it
+    session_id: StrictInt | None = None  # WebShop's
 
 
 class IndexedStep(_Body):
@@ -448,7 +450,9 @@ def _indexed_router(
     (agentenv/envs/sqlgym.py; served under /sqlgym/: reset by `item_id` answers [observation, null], a step
     {state, reward, done, info}) and the tool environments' (agentenv/envs/weather.py and its siblings; under
     /agentgym/: create and reset name the task by `id`, reset answers the observation, a step {observation,
-    reward, done}). The task an index names is the server's own instruction set's."""
+    reward, done}), and WebShop's (agentenv/envs/webshop.py; under /agentgym/ of `serve-env webshop`: create
+    with no body, reset by `session_id` answers [observation, null], a step {state, reward, done, info}). The
+    task an index names is the server's own instruction set's."""
     router = APIRouter()
 
     def created(index: int) -> int:
@@ -469,16 +473,16 @@ def _indexed_router(
     @router.post("/reset")
     async def reset_(request: Request) -> Any:
         req = await body(request, IndexedReset)
-        index = req.item_id if dialect == "sqlgym" else req.id
+        index = {"sqlgym": req.item_id, "webshop": req.session_id}.get(dialect, req.id)
         session, task = sessions.get(req.env_idx), pick(index, None)
         observation = (await run_in_threadpool(reset, req.env_idx, session, task))["observation"]
-        return (observation, None) if dialect == "sqlgym" else observation
+        return observation if dialect == "tool" else (observation, None)
 
     @router.post("/step")
     async def step(request: Request) -> dict[str, Any]:
         req = await body(request, IndexedStep)
         out = await run_in_threadpool(play_step, req.env_idx, sessions.get(req.env_idx), req.action)
-        if dialect == "sqlgym":
+        if dialect != "tool":
             return {"state": out["observation"], "reward": out["score"], "done": out["done"], "info": {}}
         return {"observation": out["observation"], "reward": out["score"], "done": out["done"]}
 
