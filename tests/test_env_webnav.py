@@ -188,3 +188,22 @@ def test_a_row_the_template_does_not_make_is_refused():
         Webnav.check_task(replace(task, hidden={**task.hidden, "template": "hack"}))
     with pytest.raises(BadTask, match="goal"):
         Webnav.check_task(replace(task, hidden={**task.hidden, "goal": {"answer": "a", "url": "/"}}))
+
+
+def test_served_over_http_an_episode_is_the_one_played_in_process():
+    from fastapi.testclient import TestClient
+
+    from gymflow.remote.env_server import create_app
+
+    tasks = TASKS[:3]
+    client = TestClient(create_app("webnav", tasks))
+    sid = client.post("/create").json()["id"]
+    local = make_env("webnav")
+    reset = client.post("/reset", json={"id": sid, "data_idx": 2}).json()
+    assert reset["observation"] == local.reset(tasks[2])
+    while not local.done:
+        action = local.expert_step()[1]
+        out = client.post("/step", json={"id": sid, "action": action}).json()
+        step = local.step(action)
+        assert (out["observation"], out["reward"], out["done"]) == (step.observation, step.reward, step.done)
+    assert out["reward"] == 1.0
