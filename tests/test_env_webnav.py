@@ -40,7 +40,7 @@ def test_every_template_and_level_is_drawn_the_same_way_and_the_expert_solves_50
     assert [t.to_row() for t in again] == [t.to_row() for t in TASKS]
     env, solved = make_env("webnav"), 0
     for task in TASKS[:50]:
-        env.reset(task)
+        assert env.reset(task).startswith(f"Objective: {task.instruction}\nURL: {HOST}/\n")
         while not env.done:
             thought, action = env.expert_step()
             assert re.fullmatch(r"(click|type|goto|stop) \[.*", action), action  # the protocol's actions only

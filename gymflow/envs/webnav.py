@@ -483,7 +483,7 @@ class Webnav(Env):
         self.history, self.ahead, self.url = [], [], "/"
         self.typed: dict[tuple[str, ...], str] = {}
         self.top = 0
-        return self._show()
+        return f"Objective: {task.instruction}\n{self._show()}"
 
     # ---- what the agent sees ------------------------------------------------------------------------------------
 
