@@ -44,7 +44,11 @@ RUNS = Path("data/compare/learning")  # <experiment>.json: each finished experim
 HEAD = "learning-head"  # the checked-out commit runs the default pipeline, not this regime
 # What an experiment runs (and everything it needs): by default `compare` (sft, both AgentEvol iterations, the
 # control, rl, evaluations); Best-of-N the SWEET-RL pipeline's offline data, critics and `best_of_n`
-TARGETS = {"bon": ("sweet/dvc.yaml:best_of_n",), "bonvalue": ("sweet/dvc.yaml:best_of_n",)}
+TARGETS = {
+    "bon": ("sweet/dvc.yaml:best_of_n",),
+    "bonvalue": ("sweet/dvc.yaml:best_of_n",),
+    "sweet": ("sweet/dvc.yaml:compare_sweet",),
+}
 DEFAULT_TARGETS = ("compare",)
 BON_N = 8  # the table reports Best-of-N's paired differences at this N (the stage plays each of BON_NS)
 BON_NS = [1, BON_N]
@@ -115,6 +119,13 @@ VARIANTS["bonvalue"] = {
     "sweet.critic.kind": "value",
     "sweet.critic.value_target": "success",
 }
+# SWEET-RL's actor (Eq. 4) from the SFT agent: per turn of 768 drawn offline turns, 16 candidates ranked by
+# `bon`'s critic that reads the layout (its offline data and training), the best and worst a DPO pair; against
+# a control that trains as many steps from the SFT agent on the SFT data alone (`control_sweet`)
+VARIANTS["sweet"] = {
+    **{k: v for k, v in VARIANTS["bon"].items() if k != "sweet.best_of_n"},
+    "sweet.critics": {"hidden": {}},
+}
 # Variant -> the pairs of its `compare` metrics that the table reports (method_vs_baseline)
 REPORTED: dict[str, tuple[str, ...]] = {
     "agentevol": ("evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft"),
@@ -126,6 +137,7 @@ REPORTED: dict[str, tuple[str, ...]] = {
     "grpo": ("rl_vs_sft",),
     "bon": ("hidden_vs_random", "nohidden_vs_random", "hidden_vs_nohidden"),
     "bonvalue": ("hidden_vs_random", "nohidden_vs_random", "hidden_vs_nohidden"),
+    "sweet": ("sweet_vs_sweet_control", "sweet_vs_sft", "sweet_control_vs_sft"),
 }
 
 
@@ -144,6 +156,7 @@ def summaries(run: dict[str, dict], pair: str) -> Paired | None:
     """The maze summary of one pair in one experiment's `compare` metrics, or of two Best-of-N choosers at
     `BON_N`."""
     found = run.get("compare", {}).get(pair, {}).get("maze")
+    found = found or run.get("compare_sweet", {}).get(pair, {}).get("maze")
     found = found or run.get("best_of_n_paired", {}).get(pair, {}).get(str(BON_N))
     if not found:
         return None
@@ -160,7 +173,7 @@ def table(runs: dict[str, dict[str, dict]]) -> str:
     for variant, pairs in REPORTED.items():
         for pair in pairs:
             label = f"{variant} | {pair.replace('_vs_', ' vs ')}"
-            label += f" (N={BON_N})" if variant in TARGETS else ""
+            label += f" (N={BON_N})" if variant in ("bon", "bonvalue") else ""
             parts = []
             for seed in SEEDS:
                 p = summaries(runs.get(name(variant, seed), {}), pair)

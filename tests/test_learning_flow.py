@@ -155,3 +155,13 @@ def test_finished_experiments_are_recorded_in_git_and_read_back_when_dvc_no_long
     assert sorted(p.name for p in (tmp_path / learning.RUNS).iterdir()) == ["learning-loop-s1.json"]
     monkeypatch.setattr(learning, "finished", lambda repo, head, prefix: {})  # a fresh clone: no DVC refs
     assert learning.recorded(str(tmp_path)) == first
+
+
+def test_sweet_trains_the_actor_from_bons_hidden_critic_and_reports_it_against_its_control(tmp_path):
+    bon, sweet = regime(tmp_path, "bon"), regime(tmp_path, "sweet")
+    assert list(sweet.sweet.critics) == ["hidden"] and sweet.sweet.actor.critic == "hidden"
+    assert sweet.sweet.critic == bon.sweet.critic and sweet.sweet.offline == bon.sweet.offline
+    assert sweet.sft == bon.sft and learning.TARGETS["sweet"] == ("sweet/dvc.yaml:compare_sweet",)
+    pairs = {"sweet_vs_sweet_control": {"maze": summary(1000, 0.03, 0.3, 0.5, 0.47)}}
+    lines = learning.table({"learning-sweet-s2": {"compare_sweet": pairs}}).splitlines()
+    assert lines[2:] == ["| sweet | sweet vs sweet_control | 2 | 0.500 | 0.470 | +0.030 | 0.009 | +3.2 | 1000 |"]

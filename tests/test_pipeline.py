@@ -430,3 +430,44 @@ def test_a_bad_params_yaml_stops_dvc_before_any_output_is_deleted(repo, command,
         ["Running stage 'params':"],
     )
     assert snapshot(repo) == before  # not one output deleted or rewritten
+
+
+def test_sweet_actor_is_paired_with_a_control_that_takes_as_many_steps_on_the_sft_data(repo, tmp_path):
+    from gymflow.eval.compare import greedy_success, paired
+
+    sweet_repo = tmp_path / "repo"
+    shutil.copytree(repo, sweet_repo, symlinks=True)
+    shutil.copytree(ROOT / "sweet", sweet_repo / "sweet")
+    params = yaml.safe_load((sweet_repo / "params.yaml").read_text())
+    critic = {"kind": "value", "value_target": "reward"}  # every tiny episode fails: a value head still ranks
+    params["sweet"] |= {
+        "env": "maze",
+        "offline": {"tasks": 3, "samples": 2, "temperature": 1.0},
+        "critic": {**params["sweet"]["critic"], "epochs": 1},
+        "critics": {"hidden": critic},
+        "actor": {"critic": "hidden", "candidates": 4, "turns": 6},
+        "dpo": {**params["sweet"]["dpo"], "epochs": 2, "batch_size": 2, "lr": 0.001},
+    }
+    (sweet_repo / "params.yaml").write_text(yaml.safe_dump(params))
+    run([sys.executable, "-m", "dvc", "repro", "sweet/dvc.yaml:compare_sweet"], sweet_repo)
+
+    metrics = sweet_repo / "data/metrics"
+    actor = json.loads((metrics / "actor.json").read_text())
+    control = json.loads((metrics / "sweet_control.json").read_text())
+    batch = params["sft"]["batch_size"]
+    assert control["steps"] == actor["steps"] > 0 and control["episodes"] == actor["steps"] * batch
+    assert control["start"] == "sft" and control["matches"] == "sweet"
+    curve = (sweet_repo / "data/plots/sweet_control.csv").read_text().splitlines()
+    assert curve[0].startswith("step") and int(curve[-1].split(",")[0]) == actor["steps"]
+    compare = json.loads((metrics / "compare_sweet.json").read_text())
+    assert compare.pop("cpu") and compare.pop("precision")
+    assert set(compare) == {"sweet_vs_sweet_control", "sweet_vs_sft", "sweet_control_vs_sft"}
+    rollouts = sweet_repo / "data/rollouts/evaluate"
+    for pair, by_env in compare.items():
+        method, baseline = pair.split("_vs_")
+        assert list(by_env) == ["maze"]
+        again = paired(greedy_success(rollouts, method, "maze"), greedy_success(rollouts, baseline, "maze"))
+        assert by_env["maze"]["n"] == again.n == len(greedy_success(rollouts, "sft", "maze")) > 0
+        assert by_env["maze"]["mean"] == pytest.approx(again.mean)
+    table = (sweet_repo / "data/compare/sweet_actor.md").read_text()
+    assert "SWEET-RL's actor" in table and "its steps-matched control on maze" in table
