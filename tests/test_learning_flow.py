@@ -164,4 +164,6 @@ def test_sweet_trains_the_actor_from_bons_hidden_critic_and_reports_it_against_i
     assert sweet.sft == bon.sft and learning.TARGETS["sweet"] == ("sweet/dvc.yaml:compare_sweet",)
     pairs = {"sweet_vs_sweet_control": {"maze": summary(1000, 0.03, 0.3, 0.5, 0.47)}}
     lines = learning.table({"learning-sweet-s2": {"compare_sweet": pairs}}).splitlines()
-    assert lines[2:] == ["| sweet | sweet vs sweet_control | 2 | 0.500 | 0.470 | +0.030 | 0.009 | +3.2 | 1000 |"]
+    assert lines[2:] == [
+        "| sweet | sweet vs sweet_control | 2 | 0.500 | 0.470 | +0.030 | 0.009 | +3.2 | 1000 |"
+    ]

@@ -97,7 +97,8 @@ def test_output_is_captured_per_cell_and_capped() -> None:
 
 def test_a_cell_that_prints_without_end_is_stopped_by_its_time_limit_and_the_session_goes_on() -> None:
     with open_session("all") as s:
-        flood = s.run("while True:\n    print('x' * 1_000_000)")  # far more than output_kb, each write allowed
+        # far more than output_kb, each write allowed
+        flood = s.run("while True:\n    print('x' * 1_000_000)")
         assert s.run("print(1)").output == "1\n"
     assert flood.error is not None and "TimeoutError" in flood.error
     assert flood.output.startswith("x" * 4096) and "more characters not shown]" in flood.output
