@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -83,6 +83,15 @@ def stage_parser(main: Callable[[], None], arguments: dict[str, str]) -> argpars
         dest, _, many = name.partition(" ")
         parser.add_argument(dest, nargs="*" if many else "?", help=text)
     return parser
+
+
+def chosen(options: Collection[str], what: str) -> str:
+    """The stage's one argument, which of `options` it runs for (the first when none is given), or a one-line
+    error naming them."""
+    name = sys.argv[1] if len(sys.argv) > 1 else next(iter(options))
+    if name not in options:
+        raise UserError(f"no {what} for {name!r}: name one of {', '.join(options)}")
+    return name
 
 
 def required(section: T | None, name: str) -> T:

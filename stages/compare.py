@@ -12,14 +12,13 @@ data/metrics/compare.json (or compare_sweet.json) and prints the verdicts, with 
 
 import json
 import platform
-import sys
 from pathlib import Path
 
 from gymflow import paths
 from gymflow.config import Params, load_params
 from gymflow.errors import UserError
 from gymflow.eval.compare import describe, greedy_success, paired
-from gymflow.stage import required, run_stage, write_metrics
+from gymflow.stage import chosen, required, run_stage, write_metrics
 from gymflow.store.io import write_text
 
 Pairs = list[tuple[str, str, list[str]]]  # (method, baseline, the environments both played)
@@ -70,9 +69,7 @@ NAMES = {
 
 
 def main() -> None:
-    method = sys.argv[1] if len(sys.argv) > 1 else "evol"
-    if method not in PLANS:
-        raise UserError(f"no comparison for {method!r}: name one of {', '.join(PLANS)}")
+    method = chosen(PLANS, "comparison")
     params = load_params()
     required(params.evaluate, "evaluate")
     out, named, pairs, trained_stages = PLANS[method][1](params)

@@ -11,17 +11,14 @@ and data/metrics/<name>.json, <name> `control` or `sweet_control`.
 """
 
 import json
-import sys
 
 from gymflow import paths
 from gymflow.config import Params, SFTParams, load_params
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve
-from gymflow.stage import main_process, required, run_stage, write_metrics
+from gymflow.stage import chosen, main_process, required, run_stage, write_metrics
 from gymflow.train.evol import learner, matched_set, sft_rows
 from gymflow.train.sft import train_sft
-
-METHODS = ("evol", "sweet")
 
 
 def evol_plan(params: Params) -> tuple[str, str, int, int, SFTParams, dict]:
@@ -56,13 +53,14 @@ def _metrics(name: str, stage: str) -> dict:
     return json.loads(path.read_text())
 
 
+PLANS = {"evol": evol_plan, "sweet": sweet_plan}
+
+
 def main() -> None:
-    method = sys.argv[1] if len(sys.argv) > 1 else "evol"
-    if method not in METHODS:
-        raise UserError(f"no control for {method!r}: name one of {', '.join(METHODS)}")
+    plan = PLANS[chosen(PLANS, "control")]
     params = load_params()
     required(params.sft, "sft")
-    out, start, rows, seed, cfg, matches = (evol_plan if method == "evol" else sweet_plan)(params)
+    out, start, rows, seed, cfg, matches = plan(params)
     tokenizer = load_tokenizer(resolve(paths.model("init")))
     sft = sft_rows(paths.TRAJECTORY_ROLLOUTS, list(params.sft.envs), tokenizer)
     data = matched_set(sft, params.sft.envs, rows, seed)
