@@ -32,7 +32,17 @@ READ_THROUGH_DATA = {"trajectories": {"instructions"}}
 # A section a `Params` method reads that a stage's calls never reach: `evaluated_envs` reads rl.tasks for RL's
 # agent only, which evaluate_evol and plot_evol never ask about, and SWEET-RL's evaluations name their
 # environment, so they never ask where an agent trained.
-READ_FOR_OTHERS = {"evaluate_evol": {"rl"}, "plot_evol": {"rl"}, "evaluate_sweet": {"evol", "rl"}}
+# Scripts that serve two stages by an argument (`python -m stages.control sweet`) read the other method's section
+# only when run for it: AgentEvol's control and comparison never read `sweet`, SWEET-RL's never read `evol`/`rl`.
+READ_FOR_OTHERS = {
+    "evaluate_evol": {"rl"},
+    "plot_evol": {"rl"},
+    "evaluate_sweet": {"evol", "rl"},
+    "control": {"sweet"},
+    "compare": {"sweet"},
+    "control_sweet": {"evol"},
+    "compare_sweet": {"evol", "rl"},
+}
 
 
 def sections_read(script: Path) -> set[str]:
@@ -128,7 +138,16 @@ def stages_of(scratch, *templates: str) -> set[str]:
 
 
 PLAY = ["evaluate", "evaluate_evol", "explore", "rl", "offline", "actor_pairs", "best_of_n", "evaluate_sweet"]
-SWEET = ["offline", "critic", "actor_pairs", "actor", "rft", "mtdpo", "best_of_n"]  # all but evaluate_sweet
+SWEET = [
+    "offline",
+    "critic",
+    "actor_pairs",
+    "actor",
+    "control_sweet",
+    "rft",
+    "mtdpo",
+    "best_of_n",
+]  # not evaluate_sweet
 
 
 @pytest.mark.parametrize(
@@ -149,7 +168,7 @@ SWEET = ["offline", "critic", "actor_pairs", "actor", "rft", "mtdpo", "best_of_n
         ),
         # SWEET-RL: one seed for every draw; each method's settings rerun only it (and what learns from it)
         ("sweet", "seed", 1, SWEET),
-        ("sweet", "dpo", {"lr": 0.001}, ["actor"]),
+        ("sweet", "dpo", {"lr": 0.001}, ["actor", "control_sweet"]),  # the control trains at the actor's lr
         ("sweet", "mtdpo", {"lr": 0.001}, ["mtdpo"]),
         ("sweet", "best_of_n", {"ns": [1, 2], "tasks": 5}, ["best_of_n"]),
         ("sweet", "critic", {"lr": 0.001}, ["critic"]),
