@@ -59,6 +59,8 @@ def pair_shares(
     if not Path(pairs).is_file():
         raise UserError(f"{pairs} is not a pairs table: name one, e.g. data/sweet/pairs.parquet")
     rows = [r for r in pq.read_table(pairs).to_pylist() if r["env"] == "maze"]
+    if not rows:
+        raise UserError(f"no maze pairs in {pairs}")
     by_id = {t.task_id: t for t in load_tasks(tasks_dir, "maze")}
     played = read_only(offline).execute(
         """select e.episode_id, any_value(e.task_id), list(t.turn order by t.turn), list(t.action order by t.turn)
@@ -85,8 +87,6 @@ def pair_shares(
             env.step(action or "")
         for side in totals:
             totals[side][kind(env, parse_action(pair[f"{side}_text"]))] += 1
-    if not rows:
-        raise UserError(f"no maze pairs in {pairs}")
     return {
         side: {k: round(n / len(rows), 4) for k, n in counts.items()} | {"pairs": len(rows)}
         for side, counts in totals.items()
