@@ -45,9 +45,14 @@ def test_each_variant_changes_only_what_its_method_needs(tmp_path):
     assert rft.evol.keep == "all" and rft.evol.at("evol2").samples * rft.evol.tasks["maze"] == 2 * 4 * 300
     ei = regime(tmp_path, "ei")
     assert ei.evol.learn_from == "last" and ei.evol.iterations == base.evol.iterations
-    for variant, algorithm in (("loop", "loop"), ("rloo", "rloo"), ("grpo", "grpo")):
+    for variant, algorithm, iterations in (
+        ("loop", "loop", 16),
+        ("rloo", "rloo", 16),
+        ("grpo", "grpo", 16),
+        ("grpo_long", "grpo", 64),  # 4x grpo's episodes, from the same SFT agent
+    ):
         rl = regime(tmp_path, variant)
-        assert (rl.rl.algorithm, rl.rl.iterations, rl.rl.lr) == (algorithm, 16, base.rl.lr)
+        assert (rl.rl.algorithm, rl.rl.iterations, rl.rl.lr) == (algorithm, iterations, base.rl.lr)
         assert rl.sft == base.sft and rl.evol == base.evol  # the same SFT agent and AgentEvol from the cache
     assert rft.sft == base.sft and rft.instructions == base.instructions and ei.rl == base.rl
 
@@ -108,11 +113,13 @@ def test_the_curve_counts_the_rows_each_agent_trained_on_after_sft():
         "evaluate/sft": ev(0.5), "evaluate/evol1": ev(0.55), "evaluate/evol2": ev(0.6), "evaluate/control": ev(0.52),
         "learn/evol1": {"episodes": 100}, "learn/evol2": {"episodes": 120}, "control": {"episodes": 120},
     }  # fmt: skip
+    run |= {"evaluate/rl": ev(0.49), "rl": {"episodes": 384, "algorithm": "loop"}}
     rl = {"evaluate/sft": ev(0.5), "evaluate/rl": ev(0.47), "rl": {"episodes": 1536, "algorithm": "rloo"}}
-    rows = learning.curve({"learning-s0": run, "learning-rloo-s0": rl})
+    long = {"evaluate/sft": ev(0.5), "evaluate/rl": ev(0.53), "rl": {"episodes": 3072, "algorithm": "grpo"}}
+    rows = learning.curve({"learning-s0": run, "learning-rloo-s0": rl, "learning-grpo_long-s0": long})
     assert [(r["method"], r["rows"], r["success"]) for r in rows] == [
         ("sft", 0, 0.5), ("agentevol", 100, 0.55), ("agentevol", 120, 0.6), ("control (agentevol)", 120, 0.52),
-        ("rl rloo", 1536, 0.47),
+        ("rl loop", 384, 0.49), ("rl rloo", 1536, 0.47), ("rl grpo_long", 3072, 0.53),
     ]  # fmt: skip
     assert "<html>" in learning.plot(rows)
 
