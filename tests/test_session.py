@@ -63,6 +63,20 @@ def test_variables_persist_across_cells_and_die_with_the_session() -> None:
     assert cell.error.startswith("Execution failed.") and "NameError" in cell.error
 
 
+def test_a_parent_holding_many_descriptors_gets_working_sessions() -> None:
+    """The harness's pipes keep the parent's descriptor numbers, which pass the sandbox's RLIMIT_NOFILE (64) in a
+    process that holds many (an evaluation with dozens of sessions): every cell of such a session failed, "the
+    cell's process exited (code 0)", in the default run's apps evaluation."""
+    held = [fd for _ in range(40) for fd in os.pipe()]  # the next pipes the session gets are numbered past 80
+    try:
+        with open_session("all") as s:
+            assert s.run("x = apis.app.echo(1)").error is None
+            assert s.run("print(x)").output == "{'app': 'app', 'echo': [1]}\n"
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
 def test_api_calls_cross_as_data_and_refusals_raise_in_the_cell() -> None:
     handler = Recorder()
     with Session(handler, FAST) as s:

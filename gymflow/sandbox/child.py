@@ -1063,9 +1063,24 @@ def write_frame_bytes(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data) :]
 
 
+def _lowest(fd: int) -> int:
+    """`fd` moved to the lowest free number. The parent's numbers can be past RLIMIT_NOFILE (64) when it holds
+    many descriptors (an evaluation with dozens of sessions), and a cell's process `dup2`s its pipes onto them,
+    which the kernel refuses (EBADF) for a number past the limit: every cell of such a session failed."""
+    low = os.dup(fd)
+    if low > fd:
+        os.close(low)
+        return fd
+    os.set_inheritable(low, True)
+    os.close(fd)
+    return low
+
+
 def main(in_fd: int, out_fd: int, mode: str = "requests") -> None:
     """`requests`: the parent writes one pickled payload and closes the pipe. `session`: a length-prefixed
     pickled setup, then JSON frames (cells, API replies) for as long as the episode lasts."""
+    in_fd, out_fd = _lowest(in_fd), _lowest(out_fd)
+    sys.argv[1:3] = [str(in_fd), str(out_fd)]  # the arguments still name the pipes
     if mode == "session":
         head = read_exact(in_fd, 4) or b"\0\0\0\0"
         payload = pickle.loads(read_exact(in_fd, int.from_bytes(head, "big")) or b"")
