@@ -26,9 +26,10 @@ from gymflow.rollout.expert import run_expert
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# The fast tier (`pytest -m "not slow"`) runs in this process. A test not marked `slow` that starts a process (DVC,
-# Chromium, Ray, a JVM, `gymflow`, a forked worker...) fails, naming what it started; the sandbox's interpreter,
-# in which colbench and apps grade code, is the one exception (README, "Run the tests").
+# The fast tier (`pytest -m "not slow"`) starts no process of its own (pytest-xdist's workers aside). A test not
+# marked `slow` that starts a process (DVC, Chromium, Ray, a JVM, `gymflow`, a forked worker...) fails, naming what
+# it started; the sandbox's interpreter, in which colbench and apps grade code, is the one exception (README, "Run
+# the tests").
 SANDBOX = Path(gymflow.sandbox.__file__).parent
 _fast: pytest.Item | None = None  # the test running now, if it is not marked slow
 
@@ -73,8 +74,18 @@ if not hasattr(subprocess.Popen.__init__, "fast_tier"):  # once, though test_vll
     subprocess.Popen.__init__ = _popen_unless_fast
     os.fork = _fork_unless_fast
 
-# Under pytest-xdist (`pytest -m "not slow" -n 2`: the fast tier on both cores) each worker gets its share of the
-# cores as torch threads: with two threads each, two workers on two cores took 146 s against 112 s (serial: 196 s).
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The fast tier (`pytest -m "not slow"`) runs on every core through pytest-xdist, unless `-n` says otherwise
+    (`-n 0`: in this process): 1:52 on two cores against 3:16 in one process. Set before xdist reads `-n`."""
+    fast = config.option.markexpr.replace(" ", "") == "notslow"
+    if fast and getattr(config.option, "numprocesses", 0) is None and "PYTEST_XDIST_WORKER" not in os.environ:
+        config.option.numprocesses = os.cpu_count() or 1
+
+
+# Under pytest-xdist each worker gets its share of the cores as torch threads: with two threads each, two workers
+# on two cores took 146 s against 112 s (serial: 196 s).
 if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
