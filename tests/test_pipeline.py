@@ -3,13 +3,17 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 
+from gymflow.serving import free_port
 from gymflow.store.db import connect
 
 pytestmark = pytest.mark.slow  # runs the DVC pipeline and its stages
@@ -471,3 +475,62 @@ def test_sweet_actor_is_paired_with_a_control_that_takes_as_many_steps_on_the_sf
         assert by_env["maze"]["mean"] == pytest.approx(again.mean)
     table = (sweet_repo / "data/compare/sweet_actor.md").read_text()
     assert "SWEET-RL's actor" in table and "its steps-matched control on maze" in table
+
+
+@contextmanager
+def ray_head():
+    """`ray start --head` as docs/scaling.md starts a cluster (on loopback, its own process group), until the
+    block ends; then every process of that cluster is stopped."""
+    ray = Path(sys.executable).parent / "ray"
+    port = free_port()
+    cmd = [
+        str(ray),
+        "start",
+        "--head",
+        "--port",
+        str(port),
+        "--num-cpus",
+        "2",
+        "--node-ip-address",
+        "127.0.0.1",
+    ]
+    cmd += ["--include-dashboard=false", "--disable-usage-stats", "--block"]
+    head = subprocess.Popen(
+        cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        status = [str(ray), "status", "--address", f"127.0.0.1:{port}"]
+        for _ in range(60):
+            if subprocess.run(status, env=ENV, capture_output=True).returncode == 0:
+                break
+            assert head.poll() is None, "ray start --head exited"
+            time.sleep(1)
+        else:
+            raise AssertionError("the Ray head did not come up in 60 s")
+        yield
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)
+
+
+def test_the_ray_recipe_plays_on_the_cluster_ray_start_began(repo, tmp_path):
+    """docs/scaling.md's Ray recipe as written, at tiny size: `ray start --head`, then `dvc exp run -S
+    rollout.engine=ray -S rollout.workers=N -S rollout.ray_address=auto` (here of evaluate@sft alone). With no
+    running cluster `auto` fails, so a run that ends has played on the one `ray start` began; its episodes are
+    those the stage played in process."""
+    ray_repo = tmp_path / "repo"
+    shutil.copytree(repo, ray_repo, symlinks=True)
+    query = (
+        "select e.task_id, e.sample, e.reward, list(t.text order by t.turn), list(t.token_ids order by t.turn) "
+        "from episodes e join turns t using (episode_id) where e.stage = 'evaluate' and e.policy = 'sft' "
+        "group by all order by all"
+    )
+    in_process = connect(ray_repo / "data").execute(query).fetchall()
+    run(["git", "add", "-A"], ray_repo)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qm", "tiny run"], ray_repo)
+    recipe = ["-S", "rollout.engine=ray", "-S", "rollout.workers=2", "-S", "rollout.ray_address=auto"]
+    with ray_head():
+        run([sys.executable, "-m", "dvc", "exp", "run", *recipe, "evaluate@sft"], ray_repo)
+    played = yaml.safe_load((ray_repo / "params.yaml").read_text())["rollout"]
+    assert (played["engine"], played["workers"], played["ray_address"]) == ("ray", 2, "auto")
+    assert connect(ray_repo / "data").execute(query).fetchall() == in_process
