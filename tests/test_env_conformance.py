@@ -16,7 +16,10 @@ BAD_ACTIONS = ["", "   ", "dance wildly", "Action: ???", "x" * 500, "move", "cra
 
 @pytest.fixture(
     scope="module",  # ScienceWorld's games run in a JVM: slow
-    params=[pytest.param(n, marks=pytest.mark.slow) if n == "sciworld" else n for n in sorted(ENVS)],
+    # their games start a process: ScienceWorld's a JVM, household's Inform 7 (on a cold game cache)
+    params=[
+        pytest.param(n, marks=pytest.mark.slow) if n in ("sciworld", "household") else n for n in sorted(ENVS)
+    ],
 )
 def env_name(request):
     return request.param

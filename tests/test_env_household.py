@@ -74,6 +74,7 @@ def test_good_commands_pass_the_check():
         assert check_command(command, []) is None
 
 
+@pytest.mark.slow  # compiles its game with Inform 7 on a cold cache
 def test_walkthrough_pays_only_at_the_end(env, tasks):
     task = tasks["4"]
     obs = env.reset(task)
@@ -86,6 +87,7 @@ def test_walkthrough_pays_only_at_the_end(env, tasks):
     assert step.reward == 1.0 and step.done and step.observation.endswith("Task complete.")
 
 
+@pytest.mark.slow  # compiles its game with Inform 7 on a cold cache
 def test_invalid_commands_leave_the_game_alone(env, tasks):
     task = tasks["6"]
     env.reset(task)
@@ -98,6 +100,7 @@ def test_invalid_commands_leave_the_game_alone(env, tasks):
     assert env.available_actions() and "look" in env.available_actions()
 
 
+@pytest.mark.slow  # compiles its game with Inform 7 on a cold cache
 def test_expert_replans_after_a_detour(env, tasks):
     task = tasks["8"]
     env.reset(task)
@@ -114,6 +117,7 @@ def test_expert_replans_after_a_detour(env, tasks):
     assert env.reward == 1.0
 
 
+@pytest.mark.slow  # compiles its game with Inform 7 on a cold cache
 def test_reset_refuses_a_task_its_game_no_longer_matches(env, tasks):
     task = tasks["2"]
     changed = dataclasses.replace(task, hidden={**task.hidden, "walkthrough": ["look"]})
@@ -122,6 +126,7 @@ def test_reset_refuses_a_task_its_game_no_longer_matches(env, tasks):
     assert env.task is None and env.done  # no episode to step: a reset must succeed first
 
 
+@pytest.mark.slow  # compiles its game with Inform 7 on a cold cache
 def test_compiled_games_are_cached(tasks):
     task = tasks["2"]
     settings = {k: task.hidden[k] for k in ("quest_length", "rooms", "objects")}

@@ -251,14 +251,18 @@ def content_row(task: Task, **change) -> dict:
     return {**row, "hidden": hidden}
 
 
-def slow_for_sciworld(cases: list[tuple]) -> list:
-    """`cases` with ScienceWorld's marked slow: building its game starts a JVM."""
-    return [pytest.param(*c, marks=pytest.mark.slow) if c[0].env == "sciworld" else c for c in cases]
+def slow_where_a_process_builds(cases: list[tuple]) -> list:
+    """`cases` with ScienceWorld's and household's marked slow: building their games starts a process (a JVM;
+    Inform 7, when the game is not in the cache yet)."""
+    return [
+        pytest.param(*c, marks=pytest.mark.slow) if c[0].env in ("sciworld", "household") else c
+        for c in cases
+    ]
 
 
 @pytest.mark.parametrize(
     ("task", "change", "reason"),
-    slow_for_sciworld(WRONG_CONTENT),
+    slow_where_a_process_builds(WRONG_CONTENT),
     ids=[f"{t.env} " + " ".join(f"{k}={v!r}"[:40] for k, v in c.items()) for t, c, _ in WRONG_CONTENT],
 )
 def test_a_row_its_game_does_not_fit_is_refused_at_create_with_the_reason(task, change, reason):
@@ -270,9 +274,10 @@ def test_a_row_its_game_does_not_fit_is_refused_at_create_with_the_reason(task, 
     assert app.get("/health").json()["sessions"] == 0
 
 
+@pytest.mark.slow  # both cases build their game in a process (Inform 7, a JVM)
 @pytest.mark.parametrize(
     ("task", "bad", "good"),
-    slow_for_sciworld(
+    slow_where_a_process_builds(
         [
             (
                 HOUSEHOLD[0],
