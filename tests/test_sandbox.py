@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -73,7 +74,18 @@ def spawned(monkeypatch: pytest.MonkeyPatch):
 
 
 def _survivors(pids: list[int]) -> list[int]:
-    """Processes in the session or process group of a sandbox, or running as a sandbox's uid."""
+    """Processes in the session or process group of a sandbox, or running as a sandbox's uid, that still run
+    a second after the call (a SIGKILLed process on a loaded machine dies when next scheduled; a zombie runs
+    nothing)."""
+    for _ in range(10):
+        found = _alive(pids)
+        if not found:
+            return []
+        time.sleep(0.1)
+    return found
+
+
+def _alive(pids: list[int]) -> list[int]:
     ours = set(pids)
     uids = {UID_BASE + pid for pid in pids}
     found = []
@@ -85,7 +97,7 @@ def _survivors(pids: list[int]) -> list[int]:
             uid = int((entry / "status").read_text().split("\nUid:")[1].split()[0])
         except (OSError, IndexError):
             continue  # it ended while we looked
-        if int(stat[2]) in ours or int(stat[3]) in ours or uid in uids:
+        if stat[0] not in "ZX" and (int(stat[2]) in ours or int(stat[3]) in ours or uid in uids):
             found.append(int(entry.name))
     return found
 

@@ -187,7 +187,8 @@ def ray_rollout(
 
 def join_ray(where: Placement) -> None:
     """Join `where.ray_address`, or start a Ray instance on this machine (loopback only) with one CPU a
-    worker; a stage joins once and keeps the connection for its later rollouts."""
+    worker; a stage joins once and keeps the connection for its later rollouts. Without an address Ray
+    would join the cluster /tmp/ray/ray_current_cluster names, even one long gone: "local" starts our own."""
     import ray
 
     if ray.is_initialized():
@@ -197,6 +198,7 @@ def join_ray(where: Placement) -> None:
         ray.init(address=where.ray_address, log_to_driver=False)
     else:
         ray.init(
+            address="local",
             num_cpus=where.workers,
             include_dashboard=False,
             log_to_driver=False,

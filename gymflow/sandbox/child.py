@@ -772,6 +772,7 @@ def run_cell(source: str, namespace: dict[str, Any], timer: _Timer) -> str | Non
 
 
 STATE_BYTES = 32 << 20  # the pickled namespace a session keeps between cells, at most
+MAX_UNANSWERED = 4  # calls passed to the parent and not yet answered; the harness holds the cell's next ones
 GRACE = 0.5  # seconds a cell's process has past case_seconds (loading and pickling its namespace)
 PICKLER = "cloudpickle.cloudpickle"  # the module name the parent's cloudpickle source is loaded as
 ANCHOR = "__gymflow_globals__"  # see `_dump`
@@ -884,18 +885,21 @@ class _CellProcess:
         import selectors
         import time
 
-        from_cell, to_cell = _Frames(self.from_cell), bytearray()
+        from_cell, to_cell, unanswered = _Frames(self.from_cell), bytearray(), 0
         deadline = time.monotonic() + self.seconds + GRACE
         os.set_blocking(self.to_cell, False)
         with selectors.DefaultSelector() as selector:
-            selector.register(self.from_cell, selectors.EVENT_READ)
             selector.register(requests.fd, selectors.EVENT_READ)
             while True:
-                writing = self.to_cell in selector.get_map()
-                if to_cell and not writing:
-                    selector.register(self.to_cell, selectors.EVENT_WRITE)
-                elif writing and not to_cell:
-                    selector.unregister(self.to_cell)
+                # calls go on to the parent while few are unanswered, so what it queues for a cell that does
+                # not read its replies stays small, and the cell meets this process's bound (to_cell) first
+                while unanswered < MAX_UNANSWERED and (frame := from_cell.take()) is not None:
+                    done = self._pass(frame)
+                    if done is not None:
+                        return done
+                    unanswered += 1  # a frame that does not end the turn is a call passed on
+                _watch(selector, self.from_cell, selectors.EVENT_READ, unanswered < MAX_UNANSWERED)
+                _watch(selector, self.to_cell, selectors.EVENT_WRITE, bool(to_cell))
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return "TimeoutError: the cell ran out of time", None
@@ -908,6 +912,7 @@ class _CellProcess:
                             os._exit(0)  # the parent is gone: so is this process, and the cell's with it
                         while (reply := requests.take()) is not None:
                             to_cell += len(reply).to_bytes(4, "big") + reply
+                            unanswered = max(unanswered - 1, 0)  # (a late reply to an earlier cell)
                         if len(to_cell) > MAX_FRAME * 4:  # below what the parent queues (MAX_PENDING)
                             return "RuntimeError: the cell left too many replies unread", None
                     else:
@@ -917,10 +922,6 @@ class _CellProcess:
                         from_cell.buffer += chunk
                         if int.from_bytes(from_cell.buffer[:4].ljust(4, b"\0"), "big") > STATE_BYTES * 2:
                             return "RuntimeError: the cell wrote a frame too large to be one", None
-                        while (frame := from_cell.take()) is not None:
-                            done = self._pass(frame)
-                            if done is not None:
-                                return done
 
     def _pass(self, frame: bytes) -> tuple[str | None, bytes | None] | None:
         """A call frame goes to the parent as it is (the parent checks it); a done frame ends the turn."""
@@ -939,6 +940,14 @@ class _CellProcess:
                 with contextlib.suppress(ValueError):
                     return error, base64.b64decode(state, validate=True)
         return "RuntimeError: the cell wrote a malformed frame", None
+
+
+def _watch(selector: Any, fd: int, events: int, on: bool) -> None:
+    """Watch `fd` for `events` while `on`, else not."""
+    if on and fd not in selector.get_map():
+        selector.register(fd, events)
+    elif not on and fd in selector.get_map():
+        selector.unregister(fd)
 
 
 def _read_all(frames: _Frames) -> bool:
