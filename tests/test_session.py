@@ -119,7 +119,9 @@ def test_a_cell_that_prints_without_end_is_stopped_by_its_time_limit_and_the_ses
 
 
 def test_a_refused_call_loop_is_bounded() -> None:
-    with open_session("all") as s:
+    # time enough for 1,000 calls on loaded CPUs: the bound on calls is what stops this cell
+    roomy = Limits(cpu_seconds=20, wall_seconds=15, memory_mb=128, case_seconds=10, output_kb=4)
+    with open_session("all", limits=roomy) as s:
         cell = s.run(f"for i in range({MAX_CALLS} + 5):\n    r = apis.a.b(i)")
     assert cell.calls == MAX_CALLS
     assert f"too many API calls in one cell (at most {MAX_CALLS})" in cell.error
