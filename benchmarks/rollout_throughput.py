@@ -13,7 +13,7 @@
    freshly built default model. Compaction matters where episodes end apart: a trained model
    (`--model data/models/sft`); greedy (`--temperature 0`) makes both engine paths play identical episodes.
 
-    python benchmarks/rollout_throughput.py [--batches 16 64 256 1024] [--sizes default 15M] [--env maze]
+    python benchmarks/rollout_throughput.py [--batches 16 64 256 1024] [--sizes default 15M default-kv1] [--env maze]
 """
 
 from __future__ import annotations
@@ -45,7 +45,11 @@ NAIVE = "naive"  # generate() on the re-encoded history, one episode at a time
 SIZES = {  # name -> decoder; 15M as benchmarks/rl_update.py's and gpu_check.py's second size
     "default": ModelConfig(),
     "15M": ModelConfig(hidden_size=384, intermediate_size=1536, layers=6, heads=6, kv_heads=6),
+    # the default with fewer key/value heads (grouped-query attention): a smaller cache for decoding to read
+    "default-kv2": ModelConfig(kv_heads=2),
+    "default-kv1": ModelConfig(kv_heads=1),
 }
+MAIN_SIZES = ["default", "15M"]  # what --sizes runs unless told
 
 
 class KeepAll(Decoder):
@@ -226,7 +230,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256, 1024])
-    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=MAIN_SIZES)
     parser.add_argument("--prompt-len", type=int, default=300)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--env", default="maze", help="the episodes table's environment; 'none' skips it")

@@ -1,8 +1,12 @@
 """Rollouts placed elsewhere: environments on `gymflow serve-env` servers, episodes on Ray workers. Where an
 episode plays must not change what is stored: the same ids, log-probabilities and rewards."""
 
+import os
+import subprocess
 import sys
+import tempfile
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import psutil
 import pytest
@@ -120,6 +124,36 @@ def test_a_server_dying_mid_run_ends_its_episodes_as_error_and_the_rest_play_on(
     assert broken.success is False and "environment unavailable" in broken.messages[-1].text
     assert broken.turns == 3 and broken.messages[-2].role == "assistant"  # the unplayed reply is kept
     assert episodes[2].turns == 0 and len(episodes[2].messages) == 2  # its reset found no server
+
+
+JOIN_WITH_A_STALE_RECORD = """
+import ray
+from gymflow.rollout.distributed import Placement, join_ray
+join_ray(Placement("ray", workers=1))
+print(ray.cluster_resources().get("CPU"))
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow  # Ray
+def test_a_stage_without_an_address_starts_its_own_ray_whatever_an_old_cluster_left():
+    """A cluster killed without `ray stop` leaves its address in <temp>/ray/ray_current_cluster, which a plain
+    `ray.init()` joins (and refuses when given num_cpus): a CI machine had one, and every Ray test failed."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as temp:  # short: Ray's socket paths must fit 107 bytes
+        (Path(temp) / "ray").mkdir()
+        (Path(temp) / "ray" / "ray_current_cluster").write_text(
+            "192.0.2.2:56741"
+        )  # TEST-NET: nothing answers
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": temp}
+        done = subprocess.run(
+            [sys.executable, "-c", JOIN_WITH_A_STALE_RECORD],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "1.0"  # our own instance, one CPU a worker
 
 
 @pytest.mark.slow  # Ray
