@@ -1,6 +1,7 @@
 """ColBench backend programming: generation, the simulated user, what the policy sees, grading, the expert."""
 
 import dataclasses
+import functools
 import itertools
 import json
 import random
@@ -39,8 +40,17 @@ from gymflow.models.tokenizer import train_tokenizer
 from gymflow.rollout.engine import SamplingConfig, rollout
 from gymflow.rollout.expert import run_expert
 
-SPLITS = build_splits(ColBench, n_train=42, n_eval=42, seed=0)
-TASKS = SPLITS["train"] + SPLITS["eval"]
+
+@functools.cache
+def colbench_splits() -> dict[str, list[Task]]:
+    """42 train and 42 eval tasks, made when a test first asks (seconds, not at collection)."""
+    return build_splits(ColBench, n_train=42, n_eval=42, seed=0)
+
+
+def colbench_tasks() -> list[Task]:
+    return colbench_splits()["train"] + colbench_splits()["eval"]
+
+
 PASSED = r"(All 10 tests passed\.|\d+ of 10 tests passed\.( \d+ raised an error \(the first: [^()]+\)\.)?)"
 
 
@@ -146,7 +156,7 @@ PARAPHRASES = {  # family -> a question worded unlike the expert's -> the rule i
 
 
 def test_the_user_answers_each_rule_by_keyword():
-    for family, tasks in by_family(TASKS).items():
+    for family, tasks in by_family(colbench_tasks()).items():
         for task in tasks[:3]:
             specifics = task.hidden["specifics"]
             for s in specifics:  # the expert's question gets exactly its rule, which holds the values
@@ -156,7 +166,7 @@ def test_the_user_answers_each_rule_by_keyword():
                 said, names = answer(question, specifics)
                 assert names == [name], (family, question, names)
                 assert said == next(s["answer"] for s in specifics if s["name"] == name)
-    specifics = by_family(TASKS)["shipping"][0].hidden["specifics"]
+    specifics = by_family(colbench_tasks())["shipping"][0].hidden["specifics"]
     assert answer("What is the weather like?", specifics)[0] in VAGUE
     assert answer("", specifics)[1] == []
     said, names = answer("Is it free, what is the base fee, and does weight matter?", specifics)
@@ -175,7 +185,7 @@ CODE_BAIT = [
 
 
 def test_the_user_never_writes_code():
-    for task in TASKS:
+    for task in colbench_tasks():
         specifics, reference = task.hidden["specifics"], task.hidden["reference"]
         lines = [line.strip() for line in reference.splitlines() if line.strip()]
         questions = (
@@ -236,7 +246,7 @@ def chat_url():
 
 
 def test_a_chat_model_user_gets_the_reference_and_its_code_is_removed(chat_url):
-    task = next(t for t in TASKS if t.hidden["family"] == "shipping")
+    task = next(t for t in colbench_tasks() if t.hidden["family"] == "shipping")
     env = ColBench(human=chat_url)
     env.reset(task)
     FakeChat.reply = "Orders over fifty dollars ship free. Everything else pays the base fee."
@@ -277,7 +287,7 @@ def test_the_policy_never_sees_the_reference_or_the_tests():
     rule's sentence, only in answer to a question about that rule), but the reference code, the tests and
     the rules nobody asked about never appear; the stated rules appear in the request."""
     rng = random.Random(0)
-    for task in TASKS[:28]:
+    for task in colbench_tasks()[:28]:
         hidden = task.hidden
         secret = [line.strip() for line in hidden["reference"].splitlines() if line.strip()]
         secret += [json.dumps(args) for args, _ in hidden["tests"]] + [json.dumps(hidden["tests"])]
@@ -349,7 +359,7 @@ def test_reward_is_the_fraction_of_tests_passed(code, reward, note):
 def test_a_partly_wrong_function_gets_its_fraction():
     rng = random.Random(1)
     env = make_env("colbench")
-    for task in [tasks[0] for tasks in by_family(TASKS).values()]:
+    for task in [tasks[0] for tasks in by_family(colbench_tasks()).values()]:
         code, fraction = mutant_source(task, rng)
         env.reset(task)
         step = env.step(f"submit\n{code}")
@@ -408,7 +418,7 @@ def test_a_trivial_function_scores_in_the_sandbox_as_measured():
     """What `trivial_scores` counts in process is what the environment gives the same function as a submission
     (its name is its body): the best constant, 0 and the degenerate functions, on one task of three families."""
     env = make_env("colbench")
-    tasks = by_family(TASKS)
+    tasks = by_family(colbench_tasks())
     for task in [tasks["password"][0], tasks["grade"][0], tasks["products"][0]]:
         scores = trivial_scores(task.hidden["tests"])
         best = max(scores, key=scores.__getitem__)  # a constant the tests expect, e.g. "return 'fail'"
@@ -462,7 +472,7 @@ def test_bad_submissions_end_low_and_briefly(code):
     ],
 )
 def test_submission_formats(wrap):
-    task = TASKS[0]
+    task = colbench_tasks()[0]
     env = make_env("colbench")
     env.reset(task)
     step = env.step(wrap(task.hidden["reference"]))
@@ -471,7 +481,7 @@ def test_submission_formats(wrap):
 
 def test_a_malformed_action_is_not_final():
     env = make_env("colbench")
-    env.reset(TASKS[0])
+    env.reset(colbench_tasks()[0])
     for action in ["submit", "ask", "ask   ", "hello there", "submit\n```\n```"]:
         step = env.step(action)
         assert not step.done and step.reward == 0.0 and "ask <question>" in step.observation
@@ -479,7 +489,7 @@ def test_a_malformed_action_is_not_final():
 
 
 def test_single_turn_takes_no_questions():
-    task = SPLITS["eval"][0]
+    task = colbench_splits()["eval"][0]
     single = dataclasses.replace(task, env="colbench_single")
     env = make_env("colbench_single")
     env.reset(single)
@@ -517,7 +527,7 @@ def test_the_expert_asks_each_hidden_rule_once_then_solves():
 
 def test_the_rollout_engine_hands_a_multiline_submit_over_whole():
     """Through the engine: the reply's action is everything after `Action:`, code lines included."""
-    task = TASKS[0]
+    task = colbench_tasks()[0]
     action = f"submit\n{task.hidden['reference']}"
     reply = format_react("I know every rule now, so I write the function.", action)
     fmt = ChatFormat(train_tokenizer([reply, ColBench.spec.system_prompt, task.instruction] * 3, 400))
@@ -527,7 +537,7 @@ def test_the_rollout_engine_hands_a_multiline_submit_over_whole():
             ids = fmt.encode(reply) + [fmt.eos_id]
             return [Completion(ids, [0.0] * len(ids), "stop") for _ in prompts]
 
-    other = next(t for t in TASKS if t.hidden["function"] != task.hidden["function"])
+    other = next(t for t in colbench_tasks() if t.hidden["function"] != task.hidden["function"])
     right, wrong = rollout(Scripted(), fmt, [(task, 0), (other, 0)], SamplingConfig(max_new_tokens=512))
     assert right.messages[2].action == action and right.success and right.turns == 1
     assert wrong.messages[2].action == action and wrong.reward == 0.0 and wrong.end_reason == "done"

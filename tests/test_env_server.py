@@ -1,6 +1,7 @@
 """`gymflow serve-env` and `HttpEnv`: AgentGym's protocol, the same episodes as in process, real error codes,
 bounded sessions that expire, and a dead server that ends only its own episodes."""
 
+import functools
 import re
 import threading
 from collections.abc import Iterator
@@ -208,36 +209,61 @@ def test_a_well_formed_row_is_played(env):
 # Rows that fit the schema but not the game, which only building it tells (issue 37, 2.1, household and
 # sciworld): each was a 500 at reset (RuntimeError, Py4JError) or, for a variation past the last, a 200 that played
 # another world than the row names.
-HOUSEHOLD = build_splits(Household, 0, 2, seed=0)["eval"]
+@functools.cache
+def household(i: int) -> Task:
+    """Household's eval task i of a draw of 2: generating them builds TextWorld games (about 14 s), so they are
+    made when a test that uses them runs, not when the module is collected."""
+    return build_splits(Household, 0, 2, seed=0)["eval"][i]
+
+
 SCIENCE = Task(  # a row as the instructions stage writes one, made by hand: generating costs a simulator run
     "sciworld", "sciworld-use-thermometer-0", "eval", "use-thermometer", 0, "Measure the temperature.",
     {"task_name": "use-thermometer", "variation": 0, "gold": ["look around"]},
 )  # fmt: skip
 USE_THERMOMETER = 540  # its variations in ScienceWorld 1.x, train, dev and test together
-WRONG_CONTENT = [  # (task, change, what the 400 says)
-    (HOUSEHOLD[0], {"hidden.walkthrough": ["go north"]}, "hidden.walkthrough is not the walkthrough"),
-    (HOUSEHOLD[0], {"hidden.walkthrough": []}, "the rebuilt game differs from the task"),
-    (HOUSEHOLD[0], {"hidden.walkthrough": HOUSEHOLD[1].hidden["walkthrough"]}, "differs from the task"),
-    (HOUSEHOLD[0], {"hidden.walkthrough": HOUSEHOLD[0].hidden["walkthrough"][::-1]}, "differs from the task"),
-    (HOUSEHOLD[0], {"hidden.walkthrough": ["take it"] * 500}, "differs from the task"),
-    (HOUSEHOLD[0], {"seed": 0}, "the game that seed 0 makes"),
-    (HOUSEHOLD[0], {"seed": 2**32 - 1}, f"seed {2**32 - 1}"),
-    (
-        HOUSEHOLD[0],
-        {"seed": HOUSEHOLD[1].seed},
-        "differs from the task",
-    ),  # another game's seed, this walkthrough
-    (
-        HOUSEHOLD[0],
-        {"hidden.rooms": 4, "hidden.quest_length": 4, "hidden.objects": 8},
+WRONG_CONTENT = {  # case -> (the task and the change, made when the case runs; what the 400 says)
+    "household walkthrough go north": (
+        lambda: (household(0), {"hidden.walkthrough": ["go north"]}),
+        "hidden.walkthrough is not the walkthrough",
+    ),
+    "household walkthrough empty": (
+        lambda: (household(0), {"hidden.walkthrough": []}),
+        "the rebuilt game differs from the task",
+    ),
+    "household another game's walkthrough": (
+        lambda: (household(0), {"hidden.walkthrough": household(1).hidden["walkthrough"]}),
         "differs from the task",
     ),
-    (SCIENCE, {"hidden.variation": USE_THERMOMETER}, f"variations 0-{USE_THERMOMETER - 1}"),  # another world
-    (SCIENCE, {"hidden.variation": 100_000}, "hidden.variation 100000 is out of range"),
-    (SCIENCE, {"hidden.variation": 2**31}, "out of range"),  # Py4JError: past Java's int
-    (SCIENCE, {"hidden.variation": 2**63}, "out of range"),
-    (SCIENCE, {"hidden.variation": 10**25}, "out of range"),
-]
+    "household walkthrough reversed": (
+        lambda: (household(0), {"hidden.walkthrough": household(0).hidden["walkthrough"][::-1]}),
+        "differs from the task",
+    ),
+    "household 500 steps": (
+        lambda: (household(0), {"hidden.walkthrough": ["take it"] * 500}),
+        "differs from the task",
+    ),
+    "household seed 0": (lambda: (household(0), {"seed": 0}), "the game that seed 0 makes"),
+    "household seed 2**32-1": (lambda: (household(0), {"seed": 2**32 - 1}), f"seed {2**32 - 1}"),
+    "household another game's seed": (  # with this walkthrough
+        lambda: (household(0), {"seed": household(1).seed}),
+        "differs from the task",
+    ),
+    "household another level's settings": (
+        lambda: (household(0), {"hidden.rooms": 4, "hidden.quest_length": 4, "hidden.objects": 8}),
+        "differs from the task",
+    ),
+    "sciworld variation 540": (  # another world
+        lambda: (SCIENCE, {"hidden.variation": USE_THERMOMETER}),
+        f"variations 0-{USE_THERMOMETER - 1}",
+    ),
+    "sciworld variation 100000": (
+        lambda: (SCIENCE, {"hidden.variation": 100_000}),
+        "hidden.variation 100000 is out of range",
+    ),
+    "sciworld variation 2**31": (lambda: (SCIENCE, {"hidden.variation": 2**31}), "out of range"),
+    "sciworld variation 2**63": (lambda: (SCIENCE, {"hidden.variation": 2**63}), "out of range"),
+    "sciworld variation 10**25": (lambda: (SCIENCE, {"hidden.variation": 10**25}), "out of range"),
+}
 
 
 def content_row(task: Task, **change) -> dict:
@@ -251,21 +277,10 @@ def content_row(task: Task, **change) -> dict:
     return {**row, "hidden": hidden}
 
 
-def slow_where_a_process_builds(cases: list[tuple]) -> list:
-    """`cases` with ScienceWorld's and household's marked slow: building their games starts a process (a JVM;
-    Inform 7, when the game is not in the cache yet)."""
-    return [
-        pytest.param(*c, marks=pytest.mark.slow) if c[0].env in ("sciworld", "household") else c
-        for c in cases
-    ]
-
-
-@pytest.mark.parametrize(
-    ("task", "change", "reason"),
-    slow_where_a_process_builds(WRONG_CONTENT),
-    ids=[f"{t.env} " + " ".join(f"{k}={v!r}"[:40] for k, v in c.items()) for t, c, _ in WRONG_CONTENT],
-)
-def test_a_row_its_game_does_not_fit_is_refused_at_create_with_the_reason(task, change, reason):
+@pytest.mark.slow  # building a household or ScienceWorld game starts a process (Inform 7 on a cold cache, a JVM)
+@pytest.mark.parametrize(("made", "reason"), WRONG_CONTENT.values(), ids=WRONG_CONTENT)
+def test_a_row_its_game_does_not_fit_is_refused_at_create_with_the_reason(made, reason):
+    task, change = made()
     app = TestClient(create_app(task.env, []), raise_server_exceptions=False)
     res = app.post("/create", json={"task": content_row(task, **change)})
     assert res.status_code == 400, res.text
@@ -274,29 +289,23 @@ def test_a_row_its_game_does_not_fit_is_refused_at_create_with_the_reason(task, 
     assert app.get("/health").json()["sessions"] == 0
 
 
-@pytest.mark.slow  # both cases build their game in a process (Inform 7, a JVM)
-@pytest.mark.parametrize(
-    ("task", "bad", "good"),
-    slow_where_a_process_builds(
-        [
-            (
-                HOUSEHOLD[0],
-                {"hidden.walkthrough": ["look"]},
-                {"hidden.walkthrough": HOUSEHOLD[0].hidden["walkthrough"]},
-            ),
-            (
-                SCIENCE,
-                {"hidden.variation": 10**6},
-                {"hidden.variation": USE_THERMOMETER - 1},
-            ),  # the last one plays
-        ]
+REFUSED_THEN_GOOD = {  # environment -> its task, a reset it refuses and one it plays (made when the case runs)
+    "household": lambda: (
+        household(0),
+        {"hidden.walkthrough": ["look"]},
+        {"hidden.walkthrough": household(0).hidden["walkthrough"]},
     ),
-    ids=["household", "sciworld"],
-)
-def test_a_refused_reset_leaves_no_episode_until_a_good_one(task, bad, good):
+    "sciworld": lambda: (SCIENCE, {"hidden.variation": 10**6}, {"hidden.variation": USE_THERMOMETER - 1}),
+}
+
+
+@pytest.mark.slow  # both cases build their game in a process (Inform 7, a JVM)
+@pytest.mark.parametrize("made", REFUSED_THEN_GOOD.values(), ids=REFUSED_THEN_GOOD)
+def test_a_refused_reset_leaves_no_episode_until_a_good_one(made):
     """/reset checks what the game tells as /create does; a session whose reset failed cannot step the half-built
     game (409) until a reset succeeds. Content a row may differ in (the instruction, gold, seed for sciworld, the
     other split's variation) is played."""
+    task, bad, good = made()
     app = TestClient(create_app(task.env, []), raise_server_exceptions=False)
     sid = app.post("/create", json={"task": content_row(task)}).json()["id"]
     res = app.post("/reset", json={"id": sid, "task": content_row(task, **bad)})

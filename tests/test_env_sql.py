@@ -4,6 +4,7 @@ The protocol's general properties are tests/test_env_conformance.py's."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from pathlib import Path
 
@@ -13,23 +14,29 @@ from gymflow.envs import make_env
 from gymflow.envs.base import BadTask, Task
 from gymflow.envs.sql import LEVELS, SCHEMAS, Sql, answer_set, open_database
 
-TASKS = list(itertools.islice(Sql.generate("eval", 7), 60))
+
+@functools.cache
+def sql_tasks() -> list[Task]:
+    """60 eval tasks (seed 7), made when a test first asks (seconds of building databases, not at collection)."""
+    return list(itertools.islice(Sql.generate("eval", 7), 60))
 
 
 def _task(level: str, schema: str | None = None) -> Task:
-    return next(t for t in TASKS if t.difficulty == level and schema in (None, t.hidden["database"]))
+    return next(t for t in sql_tasks() if t.difficulty == level and schema in (None, t.hidden["database"]))
 
 
 def test_tasks_cover_every_level_and_schema_and_fit_one_action():
-    assert {t.difficulty for t in TASKS} == set(LEVELS)
-    assert {t.hidden["database"] for t in TASKS} == set(SCHEMAS)
-    assert all(len("submit " + t.hidden["gold"]) <= Sql.spec.max_action_chars for t in TASKS)
-    assert [t.task_id for t in itertools.islice(Sql.generate("eval", 7), 60)] == [t.task_id for t in TASKS]
+    assert {t.difficulty for t in sql_tasks()} == set(LEVELS)
+    assert {t.hidden["database"] for t in sql_tasks()} == set(SCHEMAS)
+    assert all(len("submit " + t.hidden["gold"]) <= Sql.spec.max_action_chars for t in sql_tasks())
+    assert [t.task_id for t in itertools.islice(Sql.generate("eval", 7), 60)] == [
+        t.task_id for t in sql_tasks()
+    ]
 
 
 def test_the_expert_solves_50_tasks_through_the_tools_alone():
     env, solved, actions = make_env("sql"), 0, set()
-    for task in TASKS[:50]:
+    for task in sql_tasks()[:50]:
         env.reset(task)
         while not env.done:
             _, action = env.expert_step()
@@ -64,7 +71,9 @@ def test_numbers_compare_as_values_and_rows_as_a_set():
 def test_untidy_values_change_the_answer_of_a_naive_query():
     """City names in mixed case and with stray spaces: the gold query cleans them, `city = 'Lyon'` does not."""
     env = make_env("sql")
-    tasks = [t for t in TASKS if "lower(trim(city))" in t.hidden["gold"] and "COUNT(*)" in t.hidden["gold"]]
+    tasks = [
+        t for t in sql_tasks() if "lower(trim(city))" in t.hidden["gold"] and "COUNT(*)" in t.hidden["gold"]
+    ]
     naive = []
     for task in tasks:
         city = task.instruction.removeprefix("How many customers live in ").removeprefix(
