@@ -499,14 +499,19 @@ def ray_head():
         cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     try:
-        status = [str(ray), "status", "--address", f"127.0.0.1:{port}"]
-        for _ in range(60):
-            if subprocess.run(status, env=ENV, capture_output=True).returncode == 0:
-                break
+        # Up once "auto" names it (ray start records its address; until then "auto" finds an older record) and a
+        # driver joins it by "auto" as the recipe's stage does. Not `ray status`: once any ray.init() on this
+        # machine wrote ~/.ray/auth_token, the head wants the token, which `ray status` does not send.
+        record = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
+        join = [sys.executable, "-c", "import ray; ray.init(address='auto'); ray.shutdown()"]
+        deadline = time.monotonic() + 180
+        while (
+            not (record.exists() and record.read_text().strip().endswith(f":{port}"))
+            or subprocess.run(join, env=ENV, capture_output=True, timeout=120).returncode
+        ):
             assert head.poll() is None, "ray start --head exited"
+            assert time.monotonic() < deadline, "the Ray head did not come up in 3 minutes"
             time.sleep(1)
-        else:
-            raise AssertionError("the Ray head did not come up in 60 s")
         yield
     finally:
         os.killpg(head.pid, signal.SIGTERM)
