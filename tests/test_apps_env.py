@@ -55,6 +55,7 @@ def test_code_cells_and_api_parsing_by_hand() -> None:
     }
 
 
+@pytest.mark.slow  # 12 sandboxed episodes a split (the conformance test plays the expert in the fast tier)
 @pytest.mark.parametrize("split", ["train", "eval"])
 def test_the_expert_solves_one_task_of_every_template(env: Apps, split: str) -> None:
     chosen = one_per_template(split)

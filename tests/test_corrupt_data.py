@@ -220,6 +220,7 @@ def test_a_task_that_does_not_load_is_named_too(project):
     )
 
 
+@pytest.mark.slow  # DVC loads the real pipeline
 def test_the_hint_names_the_stage_of_the_real_pipeline():
     """DVC itself maps a path to its stage, `foreach` stages included, so the hint follows dvc.yaml."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,6 +247,7 @@ def test_another_tables_file_under_a_tables_name_is_caught(tmp_path):
         read_rows(path)
 
 
+@pytest.mark.slow  # every one of 2,774 byte flips, each written and read back
 def test_page_checksums_turn_flipped_bytes_into_errors(tmp_path):
     """Every single-byte flip of a small tasks file: read back as an error, as a schema mismatch, or as the same
     rows, never as other rows (without page checksums, most flips read back silently changed)."""

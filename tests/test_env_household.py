@@ -36,6 +36,7 @@ def env():
     env.close()
 
 
+@pytest.mark.slow  # a TextWorld game made per level (about a second each)
 def test_tasks_name_only_the_goal_and_keep_the_walkthrough(tasks):
     for level, task in tasks.items():
         assert task.instruction.startswith(TASK_PREFIX) and "TextWorld" not in task.instruction
@@ -165,6 +166,7 @@ def test_thoughts_say_why():
     )
 
 
+@pytest.mark.slow  # 9 TextWorld games made, and those its draw of 8 tasks made
 def test_games_whose_names_clash_are_not_tasks():
     # Seed 1366505497 at quest length 4 has a "box" beside a "Microsoft limited edition box": the parser asks
     # "Which do you mean" to the walkthrough's own "take ... from box", so the expert could never win it.
