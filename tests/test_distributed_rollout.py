@@ -141,9 +141,7 @@ def test_a_stage_without_an_address_starts_its_own_ray_whatever_an_old_cluster_l
     `ray.init()` joins (and refuses when given num_cpus): a CI machine had one, and every Ray test failed."""
     with tempfile.TemporaryDirectory(dir="/tmp") as temp:  # short: Ray's socket paths must fit 107 bytes
         (Path(temp) / "ray").mkdir()
-        (Path(temp) / "ray" / "ray_current_cluster").write_text(
-            "192.0.2.2:56741"
-        )  # TEST-NET: nothing answers
+        (Path(temp) / "ray" / "ray_current_cluster").write_text("127.0.0.1:1")  # nothing listens there
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": temp}
         done = subprocess.run(
             [sys.executable, "-c", JOIN_WITH_A_STALE_RECORD],

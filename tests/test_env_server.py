@@ -210,10 +210,14 @@ def test_a_well_formed_row_is_played(env):
 # sciworld): each was a 500 at reset (RuntimeError, Py4JError) or, for a variation past the last, a 200 that played
 # another world than the row names.
 @functools.cache
+def household_tasks() -> list[Task]:
+    """Household's eval draw of 2: generating it builds TextWorld games (about 14 s), so it is made when a test
+    that uses it runs, not when the module is collected."""
+    return build_splits(Household, 0, 2, seed=0)["eval"]
+
+
 def household(i: int) -> Task:
-    """Household's eval task i of a draw of 2: generating them builds TextWorld games (about 14 s), so they are
-    made when a test that uses them runs, not when the module is collected."""
-    return build_splits(Household, 0, 2, seed=0)["eval"][i]
+    return household_tasks()[i]
 
 
 SCIENCE = Task(  # a row as the instructions stage writes one, made by hand: generating costs a simulator run

@@ -502,7 +502,10 @@ def ray_head():
         # Up once "auto" names it (ray start records its address; until then "auto" finds an older record) and a
         # driver joins it by "auto" as the recipe's stage does. Not `ray status`: once any ray.init() on this
         # machine wrote ~/.ray/auth_token, the head wants the token, which `ray status` does not send.
-        record = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
+        temp = (
+            os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+        )  # where Ray keeps the record
+        record = Path(temp) / "ray" / "ray_current_cluster"
         join = [sys.executable, "-c", "import ray; ray.init(address='auto'); ray.shutdown()"]
         deadline = time.monotonic() + 180
         while (
