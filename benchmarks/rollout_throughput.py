@@ -8,8 +8,9 @@
    attention reads, over the bandwidth of summing a large tensor). Both paths must give the same token ids.
 2. Episodes (`--env`): the engine against one episode at a time with `model.generate` over the whole
    re-encoded history every turn, against itself without setting ended replies aside within a turn (every
-   row decodes until the longest reply ends: `sampling.PARK_ROWS`), and without `Decoder.keep` (finished
-   episodes and earlier turns' padding left in the cache). Uses `--model` (default data/models/init) when it exists, otherwise a
+   row decodes until the longest reply ends: `sampling.PARK_ROWS`), with the cache copies of old (a gather
+   that copied every kept row three times), and without `Decoder.keep` (finished episodes and earlier turns'
+   padding left in the cache). Uses `--model` (default data/models/init) when it exists, otherwise a
    freshly built default model. Compaction matters where episodes end apart: a trained model
    (`--model data/models/sft`); greedy (`--temperature 0`) makes both engine paths play identical episodes.
 
@@ -50,6 +51,24 @@ SIZES = {  # name -> decoder; 15M as benchmarks/rl_update.py's and gpu_check.py'
     "default-kv1": ModelConfig(kv_heads=1),
 }
 MAIN_SIZES = ["default", "15M"]  # what --sizes runs unless told
+
+
+def gather_assemble(self, parts, rows: int) -> None:
+    """`GrowingLayer.assemble` before it read each entry once: every part's rows copied (`keys[source]`), then
+    gathered by column, then written to their target rows: three copies of everything kept."""
+    width = max(columns.shape[1] for *_, columns, _ in parts)
+    first = parts[0][0]
+    shape = [rows, first.shape[1], max(2 * width, 256), first.shape[-1]]
+    key_buf, value_buf = first.new_empty(shape), parts[0][1].new_empty(shape)
+    if any(columns.shape[1] < width for *_, columns, _ in parts):
+        key_buf[..., :width, :], value_buf[..., :width, :] = 0, 0
+    for keys, values, source, columns, target in parts:
+        index = columns[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[-1])
+        start = width - columns.shape[1]
+        key_buf[target, :, start:width] = keys[source].gather(2, index)
+        value_buf[target, :, start:width] = values[source].gather(2, index)
+    self.key_buf, self.value_buf, self.used = key_buf, value_buf, width
+    self.keys, self.values = key_buf[..., :width, :], value_buf[..., :width, :]
 
 
 class KeepAll(Decoder):
@@ -253,22 +272,24 @@ def main() -> None:
     )
 
     rows = {}
-    paths = [  # name, batch, decoder class, the fewest rows a decode sets ended replies aside from
-        (f"engine b{args.batch}", args.batch, Decoder, sampling.PARK_ROWS),
-        (f"engine b{args.batch}, no setting aside", args.batch, Decoder, args.batch + 1),
-        (f"engine b{args.batch}, no keep", args.batch, KeepAll, args.batch + 1),
-        ("engine b1", 1, Decoder, sampling.PARK_ROWS),
+    assemble = sampling.GrowingLayer.assemble
+    paths = [  # name, batch, decoder class, the fewest rows a decode sets ended replies aside from, cache copy
+        (f"engine b{args.batch}", args.batch, Decoder, sampling.PARK_ROWS, assemble),
+        (f"engine b{args.batch}, copies by gather", args.batch, Decoder, sampling.PARK_ROWS, gather_assemble),
+        (f"engine b{args.batch}, no setting aside", args.batch, Decoder, args.batch + 1, assemble),
+        (f"engine b{args.batch}, no keep", args.batch, KeepAll, args.batch + 1, assemble),
+        ("engine b1", 1, Decoder, sampling.PARK_ROWS, assemble),
     ]
     park_rows = sampling.PARK_ROWS
-    for name, batch, decoder, parks in paths:
-        engine.Decoder, sampling.PARK_ROWS = decoder, parks
+    for name, batch, decoder, parks, copy in paths:
+        engine.Decoder, sampling.PARK_ROWS, sampling.GrowingLayer.assemble = decoder, parks, copy
         start = time.perf_counter()
         eps = rollout(
             model, fmt, [(t, 0) for t in tasks], SamplingConfig(**{**cfg.__dict__, "batch_size": batch})
         )
         gen = sum(len(m.token_ids) for e in eps for m in e.messages)
         rows[name] = (len(eps), sum(e.turns for e in eps), gen, time.perf_counter() - start)
-    engine.Decoder, sampling.PARK_ROWS = Decoder, park_rows
+    engine.Decoder, sampling.PARK_ROWS, sampling.GrowingLayer.assemble = Decoder, park_rows, assemble
     naive_tasks = tasks[: max(4, args.episodes // 8)]  # the slow path on fewer episodes; rates compare
     start = time.perf_counter()
     steps, gen = naive(model, fmt, naive_tasks, cfg, horizon)

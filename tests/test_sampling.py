@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from gymflow.models.sampling import Decoder, sample, top_p_filter
+from gymflow.models.sampling import Decoder, GrowingLayer, sample, top_p_filter
 
 PAD, STOP = 0, 1
 
@@ -149,6 +149,34 @@ def test_rows_whose_replies_ended_are_set_aside_and_come_back_unchanged(model, m
         full = recomputed_logprobs(model, prompt, a.token_ids + observation + b.token_ids)
         n = len(a.token_ids)
         assert a.logprobs + b.logprobs == pytest.approx(full[:n] + full[n + len(observation) :], abs=1e-4)
+
+
+def test_assembling_a_cache_copies_each_entry_from_its_row_and_column():
+    """Two parts: a view into a wider buffer (a snapshot of a layer) and a plain tensor, different widths; the
+    result is right-aligned, zeros where the narrower part has no column, entry for entry by hand."""
+    torch.manual_seed(0)
+    snapshot = torch.randn(3, 2, 9, 4)[..., :6, :]  # 3 rows, 2 heads, 6 of 9 positions used, dim 4
+    plain = torch.randn(2, 2, 3, 4)
+    parts = [
+        (
+            snapshot,
+            -snapshot,
+            torch.tensor([2, 0]),
+            torch.tensor([[1, 3, 4, 5], [0, 2, 3, 5]]),
+            torch.tensor([0, 2]),
+        ),
+        (plain, -plain, torch.tensor([1]), torch.tensor([[0, 2]]), torch.tensor([1])),
+    ]
+    layer = GrowingLayer()
+    layer.assemble(parts, 3)
+    expected = torch.zeros(3, 2, 4, 4)
+    for keys, _, source, columns, target in parts:
+        for i in range(len(source)):
+            start = 4 - columns.shape[1]
+            for j, column in enumerate(columns[i].tolist()):
+                expected[target[i], :, start + j] = keys[source[i], :, column]
+    assert torch.equal(layer.keys, expected) and torch.equal(layer.values, -expected)
+    assert layer.used == 4 and layer.key_buf.shape[2] >= 256  # room to grow without another copy
 
 
 class AngleTokenizer:

@@ -114,20 +114,44 @@ class GrowingLayer(DynamicLayer):
         """Become `rows` rows copied from `parts`: of each (keys, values, source rows, their columns, target
         rows), the entries at the columns, right-aligned to the widest part; the columns that pad a narrower one
         are zeros (masked, and finite: a NaN left in a masked key would still poison the softmax). The tensors
-        the parts come from are left as they are."""
+        the parts come from are left as they are. Each entry is read once, by one `index_select` over the
+        source's storage (`benchmarks/rollout_throughput.py`: the gather it replaced copied every row three
+        times, and took a third of an evaluation's time)."""
         width = max(columns.shape[1] for *_, columns, _ in parts)
         first = parts[0][0]
-        shape = [rows, first.shape[1], max(2 * width, 256), first.shape[-1]]
+        heads, dim = first.shape[1], first.shape[-1]
+        shape = [rows, heads, max(2 * width, 256), dim]
         key_buf, value_buf = first.new_empty(shape), parts[0][1].new_empty(shape)
         if any(columns.shape[1] < width for *_, columns, _ in parts):  # `keep`'s single part needs no zeros
             key_buf[..., :width, :], value_buf[..., :width, :] = 0, 0
         for keys, values, source, columns, target in parts:
-            index = columns[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[-1])
-            start = width - columns.shape[1]
-            key_buf[target, :, start:width] = keys[source].gather(2, index)
-            value_buf[target, :, start:width] = values[source].gather(2, index)
+            start, placed = width - columns.shape[1], (len(source), heads, columns.shape[1], dim)
+            for buf, cached in ((key_buf, keys), (value_buf, values)):
+                entries = storage_rows(cached).index_select(0, entry_index(cached, source, columns))
+                buf[target, :, start:width] = entries.view(placed)
         self.key_buf, self.value_buf, self.used = key_buf, value_buf, width
         self.keys, self.values = key_buf[..., :width, :], value_buf[..., :width, :]
+
+
+def storage_rows(cache: torch.Tensor) -> torch.Tensor:
+    """The whole storage under a (batch, heads, positions, dim) cache view, as rows of `dim` values."""
+    dim = cache.shape[-1]
+    if cache.stride(-1) != 1 or any(n % dim for n in (*cache.stride()[:-1], cache.storage_offset())):
+        raise ValueError("a cache layer's last dimension must be contiguous and its rows aligned to it")
+    return cache.as_strided(
+        (cache.untyped_storage().nbytes() // cache.element_size() // dim, dim), (dim, 1), 0
+    )
+
+
+def entry_index(cache: torch.Tensor, source: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """Rows of `storage_rows(cache)` holding cache[source[i], h, columns[i, j]], in (i, h, j) order."""
+    dim = cache.shape[-1]
+    row, head, position = (stride // dim for stride in cache.stride()[:-1])
+    heads = torch.arange(cache.shape[1], device=cache.device)
+    offset = cache.storage_offset() // dim
+    return (
+        offset + source[:, None, None] * row + heads[None, :, None] * head + columns[:, None, :] * position
+    ).flatten()
 
 
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
