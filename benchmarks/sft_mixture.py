@@ -4,6 +4,7 @@ A seeded draw of rows from the mixture stage `sft` trains on (`sft.envs` of para
 it), trained for one pass under each variant from the same initial model, in the same run:
 - as the stage trains (`sft_args`);
 - with the collator's padding mask passed to the model, as before `causal_mask` (a right-padded batch needs none);
+- with the model's own loss (`labels=`), whose LM head projects every position, the context's included;
 - with activation checkpointing (TRL's default; `sft.activation_checkpointing`, off for the 0.8M-parameter model);
 - in fp32 and in bf16 autocast (what `sft.bf16` picks on this machine is printed).
 Prints per variant: training tokens per second (real tokens, no padding), the padded tokens per real token the
@@ -28,7 +29,20 @@ from sft_throughput import timed_training  # benchmarks/, on the path as the scr
 
 from gymflow import paths
 from gymflow.config import load_params
-from gymflow.train.sft import AssistantLossTrainer, mixture, use_bf16
+from gymflow.train.sft import AssistantLossTrainer, causal_mask, mixture, use_bf16
+
+
+class EveryPositionLoss(AssistantLossTrainer):
+    """The stage's loss before its LM head ran on the labelled positions alone: the model's own (one process)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        outputs = model(
+            input_ids=inputs["input_ids"],
+            attention_mask=causal_mask(inputs.get("attention_mask")),
+            labels=inputs["labels"],
+            num_items_in_batch=num_items_in_batch,
+        )
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
 
 
 def main() -> None:
@@ -50,6 +64,7 @@ def main() -> None:
     variants = {
         "as the stage trains": {},
         "the padding mask passed": {},
+        "the LM head on every position": {},
         "activation checkpointing": {"activation_checkpointing": True},
         "fp32": {"bf16": False},
         "bf16 autocast": {"bf16": True},
@@ -61,7 +76,10 @@ def main() -> None:
         for name, changes in variants.items():
             keep = mock.patch("gymflow.train.sft.causal_mask", lambda mask: mask)
             with keep if name == "the padding mask passed" else nullcontext():
-                speed, padding, loss = timed_training(AssistantLossTrainer, cfg, data, **changes)
+                trainer = (
+                    EveryPositionLoss if name == "the LM head on every position" else AssistantLossTrainer
+                )
+                speed, padding, loss = timed_training(trainer, cfg, data, **changes)
             speeds[name].append(speed)
             losses[name] = (padding, loss)
             ratios[name].append(speed / speeds["as the stage trains"][-1])

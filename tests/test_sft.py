@@ -154,6 +154,39 @@ def test_our_loss_is_trls_loss_on_the_same_batch(tmp_path, data_dir, init_dir):
     assert losses[0] == pytest.approx(losses[1], rel=1e-5) and losses[0] > 1.0
 
 
+def test_the_lm_head_on_labelled_positions_gives_the_models_own_loss_and_gradients(
+    tmp_path, data_dir, init_dir
+):
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from gymflow.train.sft import AssistantLossTrainer
+
+    tok = AutoTokenizer.from_pretrained(init_dir)
+    model = AutoModelForCausalLM.from_pretrained(init_dir)
+    args = SFTConfig(
+        output_dir=str(tmp_path), assistant_only_loss=True, max_length=1024, use_cpu=True, report_to=[]
+    )
+    data = Dataset.from_list(conversations(data_dir, ["maze"])[:4])
+    trainer = AssistantLossTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    labelled = int((batch["labels"][:, 1:] != -100).sum())
+    runs = []
+    for loss_of in (
+        lambda: trainer.compute_loss(trainer.model, batch),
+        lambda: trainer.compute_loss(trainer.model, batch, num_items_in_batch=torch.tensor(2 * labelled)),
+        lambda: model(input_ids=batch["input_ids"], labels=batch["labels"]).loss,
+    ):
+        model.zero_grad()
+        loss = loss_of()
+        loss.backward()
+        runs.append((float(loss), [p.grad.clone() for p in model.parameters()]))
+    (ours, grads), (halved, _), (theirs, expected) = runs
+    assert ours == pytest.approx(theirs, rel=1e-5) and halved == pytest.approx(theirs / 2, rel=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads, expected, strict=True))
+    assert not model.get_output_embeddings()._forward_pre_hooks  # the hook is gone
+
+
 def test_a_right_padded_batch_trains_the_same_without_its_mask(init_dir):
     model = AutoModelForCausalLM.from_pretrained(init_dir)
     ids = torch.randint(5, 300, (3, 12), generator=torch.Generator().manual_seed(0))

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from accelerate.data_loader import BatchSamplerShard
 from datasets import Dataset
+from torch import nn
 from transformers import AutoModelForCausalLM, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -70,12 +71,16 @@ def mixture(data_dir: str | Path, passes: dict[str, int]) -> list[dict[str, Any]
 
 
 class AssistantLossTrainer(SFTTrainer):
-    """SFTTrainer with the model's own cross-entropy on the assistant labels as the loss.
+    """SFTTrainer with the causal-LM cross-entropy on the assistant labels as the loss, its LM head run on the
+    labelled positions only.
 
     TRL computes the loss through a chunked LM-head kernel that never materializes the logits (a GPU memory
     saving) and also returns entropy and token accuracy. On CPU with a small vocabulary that kernel is most of
     the step: this loss is the same number (tests/test_sft.py) and trains 1.9x faster here
-    (`benchmarks/sft_throughput.py`). Data, masks, batching, checkpoints and LoRA stay TRL's.
+    (`benchmarks/sft_throughput.py`). The model's own loss (`labels=`) would still project every position onto
+    the vocabulary, though two thirds of an agent's episode is context that is never a target: a pre-hook hands
+    the LM head the labelled positions' states alone, the same loss and gradients for less work
+    (`benchmarks/sft_mixture.py`). Data, masks, batching, checkpoints and LoRA stay TRL's.
 
     Under several processes each one loads the whole global batch and trains on its share of the rows
     (`process_share`). Accelerate's own sharding, per-process batches of batch_size / N, would group lengths by
@@ -100,14 +105,21 @@ class AssistantLossTrainer(SFTTrainer):
             # the global batch's target tokens (labels shift by one), whatever the Trainer counted
             num_items_in_batch = (inputs["labels"][:, 1:] != -100).sum()
             inputs, weight = process_share(inputs, self.accelerator.process_index, processes)
-        outputs = model(
-            input_ids=inputs["input_ids"],
-            attention_mask=causal_mask(inputs.get("attention_mask")),
-            position_ids=inputs.get("position_ids"),
-            labels=inputs["labels"],
-            num_items_in_batch=num_items_in_batch,
-        )
-        loss = outputs.loss * weight if processes > 1 else outputs.loss
+        targets = inputs["labels"][:, 1:]  # position t predicts the id at t + 1
+        labelled = (targets != -100).nonzero(as_tuple=True)
+        head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        hook = head.register_forward_pre_hook(lambda _, args: (args[0][:, :-1][labelled],))
+        try:  # through the wrapper: DDP's gradient hooks and LoRA's adapters run as they always do
+            outputs = model(
+                input_ids=inputs["input_ids"],
+                attention_mask=causal_mask(inputs.get("attention_mask")),
+                position_ids=inputs.get("position_ids"),
+            )
+        finally:
+            hook.remove()
+        loss = nn.functional.cross_entropy(outputs.logits.float(), targets[labelled], reduction="sum")
+        loss = loss / (len(targets[labelled]) if num_items_in_batch is None else num_items_in_batch)
+        loss = loss * weight if processes > 1 else loss
         return (loss, outputs) if return_outputs else loss
 
 
