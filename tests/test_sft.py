@@ -187,6 +187,45 @@ def test_the_lm_head_on_labelled_positions_gives_the_models_own_loss_and_gradien
     assert not model.get_output_embeddings()._forward_pre_hooks  # the hook is gone
 
 
+def test_repeated_rows_are_tokenized_once_and_trained_as_tokenized_in_the_mixtures_order(
+    tmp_path, data_dir, init_dir, monkeypatch
+):
+    from datasets import Dataset
+
+    from gymflow.train.sft import AssistantLossTrainer
+
+    class Trained(Exception):
+        pass
+
+    def train(self, **_):
+        raise Trained(self.train_dataset)
+
+    convs = conversations(data_dir, ["maze"])[:3]
+    data = [convs[1], convs[0], convs[1], convs[2], convs[0], convs[1]]  # passes repeat rows, shuffled
+    monkeypatch.setattr(AssistantLossTrainer, "train", train)
+    with pytest.raises(Trained) as stopped:
+        train_sft(
+            str(init_dir),
+            tmp_path / "model",
+            data,
+            SFTParams(envs={"maze": 1}, max_length=1024, bf16=False),
+            tmp_path / "curve.csv",
+        )
+    rows = stopped.value.args[0]
+    tokenizer = AutoTokenizer.from_pretrained(init_dir)
+    direct = AssistantLossTrainer(  # TRL's own preparation of every row of the mixture
+        model=AutoModelForCausalLM.from_pretrained(init_dir),
+        args=sft_args(SFTParams(envs={"maze": 1}, max_length=1024, bf16=False), tmp_path / "direct"),
+        train_dataset=Dataset.from_list(data),
+        processing_class=tokenizer,
+    ).train_dataset
+    assert rows.data.num_rows == 3 and len(rows) == len(direct) == 6  # three tokenized, six trained on
+    assert rows.column_names == direct.column_names and "input_ids" in rows.column_names
+    for column in rows.column_names:
+        assert rows[column] == direct[column]
+    assert rows["input_ids"][0] != rows["input_ids"][1] and rows["input_ids"][0] == rows["input_ids"][2]
+
+
 def test_a_right_padded_batch_trains_the_same_without_its_mask(init_dir):
     model = AutoModelForCausalLM.from_pretrained(init_dir)
     ids = torch.randint(5, 300, (3, 12), generator=torch.Generator().manual_seed(0))

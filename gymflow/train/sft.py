@@ -320,21 +320,25 @@ def train_sft(
             write_curve(curve_path, [])
             save_model(model, tokenizer, out_dir)
         return {"train_loss": 0.0, "episodes": 0, "train_tokens_per_s": 0, "bf16": False, "wall_seconds": 0.0}
+    rows = [config_hash(row) for row in data]
     # Checkpoints of this exact run only: other parameters, starting weights or data start afresh.
-    run_key = config_hash([cfg.model_dump(), weights_hash(model), [config_hash(row) for row in data]])
+    run_key = config_hash([cfg.model_dump(), weights_hash(model), rows])
     root = checkpoint_dir(out_dir, run_key)
     args = sft_args(cfg, root / STAGING, tokenized="input_ids" in data[0])
     with args.main_process_first(local=False):  # the first process clears partial checkpoints, then all read
         resume = last_checkpoint(root)
     checkpoints = Checkpoints(root, _seconds_before(resume))
+    place = {row: i for i, row in enumerate(dict.fromkeys(rows))}  # a row's index among the distinct ones
+    distinct = list({row: example for row, example in zip(rows, data, strict=True)}.values())
     trainer = AssistantLossTrainer(
         model=model,
         args=args,
-        train_dataset=Dataset.from_list(data),
+        train_dataset=Dataset.from_list(distinct),  # tokenized once each (the mixture repeats them: passes)
         processing_class=tokenizer,
         peft_config=lora_config(cfg.lora_rank) if cfg.lora_rank else None,
         callbacks=[checkpoints, CurveWriter(curve_path)],
     )
+    trainer.train_dataset = trainer.train_dataset.select([place[row] for row in rows])  # the mixture's order
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     wall = checkpoints.seconds()
     history = trainer.state.log_history  # a resumed run's holds the steps before the checkpoint too
