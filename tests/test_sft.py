@@ -201,7 +201,19 @@ def test_repeated_rows_are_tokenized_once_and_trained_as_tokenized_in_the_mixtur
         raise Trained(self.train_dataset)
 
     convs = conversations(data_dir, ["maze"])[:3]
-    data = [convs[1], convs[0], convs[1], convs[2], convs[0], convs[1]]  # passes repeat rows, shuffled
+    system, user, reply = convs[0]["messages"][:3]
+    long = {"role": "user", "content": user["content"] + " wall" * 2000}
+    untrained = {"messages": [system, long, reply]}  # its reply lies past max_length: TRL drops the row
+    data = [
+        convs[1],
+        convs[0],
+        untrained,
+        convs[1],
+        convs[2],
+        convs[0],
+        untrained,
+        convs[1],
+    ]  # passes, shuffled
     monkeypatch.setattr(AssistantLossTrainer, "train", train)
     with pytest.raises(Trained) as stopped:
         train_sft(
@@ -219,7 +231,7 @@ def test_repeated_rows_are_tokenized_once_and_trained_as_tokenized_in_the_mixtur
         train_dataset=Dataset.from_list(data),
         processing_class=tokenizer,
     ).train_dataset
-    assert rows.data.num_rows == 3 and len(rows) == len(direct) == 6  # three tokenized, six trained on
+    assert rows.data.num_rows == 4 and len(rows) == len(direct) == 6  # 4 rows tokenized, 6 trained on
     assert rows.column_names == direct.column_names and "input_ids" in rows.column_names
     for column in rows.column_names:
         assert rows[column] == direct[column]

@@ -45,6 +45,8 @@ from gymflow.store.io import share_modes, write_csv
 STAGING = ".incomplete"
 # In a checkpoint, beside the trainer's own trainer_state.json: the seconds of training that led to it.
 RUN_STATE = "gymflow_state.json"
+# The column that numbers the distinct rows SFT tokenizes (`train_sft`).
+DISTINCT = "gymflow_distinct_row"
 
 
 def conversations(data_dir: str | Path, envs: list[str], stage: str = "trajectories") -> list[dict[str, Any]]:
@@ -329,16 +331,19 @@ def train_sft(
         resume = last_checkpoint(root)
     checkpoints = Checkpoints(root, _seconds_before(resume))
     place = {row: i for i, row in enumerate(dict.fromkeys(rows))}  # a row's index among the distinct ones
-    distinct = list({row: example for row, example in zip(rows, data, strict=True)}.values())
+    distinct = {row: example for row, example in zip(rows, data, strict=True)}.values()
     trainer = AssistantLossTrainer(
         model=model,
-        args=args,
-        train_dataset=Dataset.from_list(distinct),  # tokenized once each (the mixture repeats them: passes)
+        args=args,  # each distinct row tokenized once (the mixture repeats them: passes)
+        train_dataset=Dataset.from_list([example | {DISTINCT: i} for i, example in enumerate(distinct)]),
         processing_class=tokenizer,
         peft_config=lora_config(cfg.lora_rank) if cfg.lora_rank else None,
         callbacks=[checkpoints, CurveWriter(curve_path)],
     )
-    trainer.train_dataset = trainer.train_dataset.select([place[row] for row in rows])  # the mixture's order
+    prepared = trainer.train_dataset  # TRL drops a row left with no target, as it would every copy of it
+    kept = {index: position for position, index in enumerate(prepared[DISTINCT])}
+    order = [kept[place[row]] for row in rows if place[row] in kept]  # the mixture's order
+    trainer.train_dataset = prepared.select(order).remove_columns(DISTINCT)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     wall = checkpoints.seconds()
     history = trainer.state.log_history  # a resumed run's holds the steps before the checkpoint too
