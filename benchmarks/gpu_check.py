@@ -1,5 +1,6 @@
 """A GPU check for a lent machine (15 minutes, no internet): the rollout engine and one LOOP update at the default
-and a 15M-parameter size, then a short RL run (`gymflow.train.rl.train_rl`), every number to one JSON file.
+and a 15M-parameter size, then a short RL run (`gymflow.train.rl.train_rl`) and a short SFT run
+(`gymflow.train.sft.train_sft`), every number to one JSON file.
 
     python benchmarks/gpu_check.py --out gpu.json [--device cuda] [--quick]
 
@@ -7,13 +8,15 @@ Each part does a fixed amount of work, meant to take well under 8 minutes in all
 rewritten after every part, so a run stopped at its time limit still returns what it measured. A part that
 fails records its error and the others still run (the exit status is then 1). It imports only what such a
 machine has (torch, transformers, peft, accelerate, pyarrow) and pydantic, carried as wheels: docs/results/gpu.md
-says how. `--device cpu --quick` runs the same code on tiny sizes in seconds (tests/test_gpu_check.py).
+says how; the SFT part also needs TRL, datasets and DuckDB, and is skipped (recorded, not failed) without them. `--device cpu --quick` runs the same code on tiny sizes in seconds (tests/test_gpu_check.py).
 
 - rollout: maze episodes from the eval split through `gymflow.rollout.engine.rollout`, after a short warm-up;
   each size again at wide batches (`rollout_default_b256`, ...), as many episodes as the batch;
 - update: `PolicyGradient.prepare` + `step` of the LOOP preset on a synthetic batch, as benchmarks/rl_update.py's
   "loop" row (prompts x samples random ids, each group's rewards mixed), median of a few after a warm-up;
-- rl: `train_rl` from the default-size model for a few iterations (maze, no |A| filter, so every step trains).
+- rl: `train_rl` from the default-size model for a few iterations (maze, no |A| filter, so every step trains);
+- sft: `train_sft` from the default-size model on maze expert episodes, one pass at the default's batch, as
+  stage `sft` trains (TRL's SFTTrainer, on the GPU when there is one; bf16 where the card has it).
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ class Sizes:
     rl_tasks: int  # rl: maze tasks per iteration, samples each, iterations
     rl_samples: int
     rl_iterations: int
+    sft_tasks: int  # sft: maze expert episodes, one pass, this many to a step
+    sft_batch: int
 
 
 FULL = Sizes(
@@ -95,6 +100,8 @@ FULL = Sizes(
     rl_tasks=64,
     rl_samples=4,
     rl_iterations=3,
+    sft_tasks=800,
+    sft_batch=8,
 )
 TINY = {"heads": 2, "kv_heads": 2, "max_length": 1024}
 QUICK = Sizes(
@@ -116,6 +123,8 @@ QUICK = Sizes(
     rl_tasks=2,
     rl_samples=2,
     rl_iterations=1,
+    sft_tasks=8,
+    sft_batch=4,
 )
 
 
@@ -280,6 +289,40 @@ def short_rl(cfg: ModelConfig, fmt: ChatFormat, sizes: Sizes) -> dict[str, Any]:
     return {"seconds": round(seconds, 3), **summary}
 
 
+SFT_NEEDS = "trl, datasets and duckdb (with pandas, multiprocess, dill, xxhash)"
+
+
+def short_sft(cfg: ModelConfig, fmt: ChatFormat, sizes: Sizes, device: str) -> dict[str, Any]:
+    """One pass over maze expert episodes as stage `sft` trains (`train_sft`); skipped where TRL, datasets or
+    DuckDB are missing, since a lent machine has them only if carried."""
+    try:
+        from gymflow.config import SFTParams
+        from gymflow.train.sft import train_sft
+    except ModuleNotFoundError as missing:
+        return {
+            "skipped": f"no Python module {missing.name!r}: carry {SFT_NEEDS} as wheels (docs/results/gpu.md)"
+        }
+    env = make_env("maze")
+    data = []
+    for task in build_splits(Maze, sizes.sft_tasks, 0, seed=1)["train"]:
+        messages = [{"role": m.role, "content": m.text} for m in run_expert(env, task).messages]
+        data.append({"messages": messages[:-1] if messages[-1]["role"] == "user" else messages})
+    sft = SFTParams(envs={"maze": 1}, batch_size=sizes.sft_batch, max_length=1024, log_every=1000)
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        folder = Path(tmp)
+        build_model(cfg, fmt.tokenizer).save_pretrained(folder / "start")
+        fmt.tokenizer.save_pretrained(folder / "start")
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        summary = train_sft(str(folder / "start"), folder / "model", data, sft, folder / "sft.csv")
+        seconds = time.perf_counter() - start
+    out = {"seconds": round(seconds, 3), "batch": sizes.sft_batch, **summary}
+    if device == "cuda":
+        out["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
 def run_part(results: dict[str, Any], name: str, part: Callable[[], dict[str, Any]], out: Path) -> bool:
     """Run one part into `results[name]` and rewrite the file; a failure is recorded there, the run goes on."""
     start = time.perf_counter()
@@ -347,6 +390,8 @@ def main() -> None:
             wide = lambda c=cfg, b=batch: time_rollout(c, fmt, sizes, args.device, b)  # noqa: E731
             ok &= run_part(results, f"rollout_{size}_b{batch}", wide, args.out)
     ok &= run_part(results, "rl", lambda: short_rl(sizes.models["default"], fmt, sizes), args.out)
+    sft = lambda: short_sft(sizes.models["default"], fmt, sizes, args.device)  # noqa: E731
+    ok &= run_part(results, "sft", sft, args.out)
     results["seconds"] = round(time.perf_counter() - began, 1)
     results["modules"] = third_party_modules()
     write(args.out, results)

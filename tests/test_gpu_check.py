@@ -77,6 +77,23 @@ def test_the_cpu_path_runs_every_part_without_the_libraries_a_lent_machine_lacks
     assert not set(ABSENT) & set(result["modules"]) and "torch" in result["modules"]
     assert result["seconds"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.json"], "left a temporary file behind"
+    # SFT needs TRL, datasets and DuckDB, which a lent machine has only if carried: skipped, not failed
+    assert result["sft"] == {
+        "skipped": "no Python module 'datasets': carry trl, datasets and duckdb (with pandas, multiprocess, "
+        "dill, xxhash) as wheels (docs/results/gpu.md)"
+    }
+
+
+def test_with_the_sft_libraries_carried_the_sft_part_trains_one_pass(tmp_path):
+    out = tmp_path / "gpu.json"
+    carried = [m for m in ABSENT if m not in ("trl", "datasets", "duckdb")]
+    done = run(["--device", "cpu", "--quick", "--out", str(out)], carried, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sft = json.loads(out.read_text())["sft"]
+    assert sft["episodes"] == 8 and sft["batch"] == 4 and sft["bf16"] is False
+    assert sft["train_tokens_per_s"] > 0 and sft["seconds"] > 0
+    assert 0 < sft["train_loss"] < 10  # an untrained 400-id model starts near ln(400) = 6.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.json"], "left a temporary file behind"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
