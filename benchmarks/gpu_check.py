@@ -8,7 +8,8 @@ Each part does a fixed amount of work, meant to take well under 8 minutes in all
 rewritten after every part, so a run stopped at its time limit still returns what it measured. A part that
 fails records its error and the others still run (the exit status is then 1). It imports only what such a
 machine has (torch, transformers, peft, accelerate, pyarrow) and pydantic, carried as wheels: docs/results/gpu.md
-says how; the SFT part also needs TRL, datasets and DuckDB, and is skipped (recorded, not failed) without them. `--device cpu --quick` runs the same code on tiny sizes in seconds (tests/test_gpu_check.py).
+says how; the SFT part also needs TRL, datasets and DuckDB, and is skipped (recorded, not failed) without them.
+`--device cpu --quick` runs the same code on tiny sizes in seconds (tests/test_gpu_check.py).
 
 - rollout: maze episodes from the eval split through `gymflow.rollout.engine.rollout`, after a short warm-up;
   each size again at wide batches (`rollout_default_b256`, ...), as many episodes as the batch;
@@ -40,7 +41,7 @@ try:
     import transformers
 
     from gymflow.agent.chat import ChatFormat
-    from gymflow.config import ModelConfig, RLParams, RolloutParams
+    from gymflow.config import ModelConfig, RLParams, RolloutParams, SFTParams
     from gymflow.envs import make_env
     from gymflow.envs.instructions import build_splits
     from gymflow.envs.maze import Maze
@@ -76,7 +77,7 @@ class Sizes:
     rl_tasks: int  # rl: maze tasks per iteration, samples each, iterations
     rl_samples: int
     rl_iterations: int
-    sft_tasks: int  # sft: maze expert episodes, one pass, this many to a step
+    sft_tasks: int  # sft: maze expert episodes, one pass, sft_batch of them a step
     sft_batch: int
 
 
@@ -296,17 +297,16 @@ def short_sft(cfg: ModelConfig, fmt: ChatFormat, sizes: Sizes, device: str) -> d
     """One pass over maze expert episodes as stage `sft` trains (`train_sft`); skipped where TRL, datasets or
     DuckDB are missing, since a lent machine has them only if carried."""
     try:
-        from gymflow.config import SFTParams
-        from gymflow.train.sft import train_sft
+        from gymflow.train.sft import conversation, train_sft
     except ModuleNotFoundError as missing:
         return {
             "skipped": f"no Python module {missing.name!r}: carry {SFT_NEEDS} as wheels (docs/results/gpu.md)"
         }
     env = make_env("maze")
-    data = []
-    for task in build_splits(Maze, sizes.sft_tasks, 0, seed=1)["train"]:
-        messages = [{"role": m.role, "content": m.text} for m in run_expert(env, task).messages]
-        data.append({"messages": messages[:-1] if messages[-1]["role"] == "user" else messages})
+    data = [
+        conversation([{"role": m.role, "content": m.text} for m in run_expert(env, task).messages])
+        for task in build_splits(Maze, sizes.sft_tasks, 0, seed=1)["train"]
+    ]
     sft = SFTParams(envs={"maze": 1}, batch_size=sizes.sft_batch, max_length=1024, log_every=1000)
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         folder = Path(tmp)

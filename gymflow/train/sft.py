@@ -64,7 +64,12 @@ def conversations(data_dir: str | Path, envs: list[str], stage: str = "trajector
     convs: dict[str, list[dict[str, str]]] = {}
     for episode_id, role, text in rows:
         convs.setdefault(episode_id, []).append({"role": role, "content": text})
-    return [{"messages": m[:-1] if m[-1]["role"] == "user" else m} for m in convs.values()]
+    return [conversation(m) for m in convs.values()]
+
+
+def conversation(messages: list[dict[str, str]]) -> dict[str, Any]:
+    """One episode's chat messages as a training row, without the last observation (no reply follows it)."""
+    return {"messages": messages[:-1] if messages[-1]["role"] == "user" else messages}
 
 
 def mixture(data_dir: str | Path, passes: dict[str, int]) -> list[dict[str, Any]]:
