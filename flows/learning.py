@@ -101,6 +101,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     # GRPO (AgentGym-RL's algorithm) over 4x those episodes: 3,072, where a lookup-table leave-one-out policy
     # gradient gained about 0.05 here (docs/results/learning.md); its training curve is in the run's rl.csv
     "grpo_long": {"rl.algorithm": "grpo", "rl.iterations": 64},
+    # `agentevol` with one key/value head shared by the four query heads: a KV cache a quarter the size, decoded
+    # 1.2-2.0x faster at batch 256 (docs/results/speed.md); does AgentEvol keep its margin with it?
+    "kv1": {"model.kv_heads": 1},
     # Best-of-N (SWEET-RL Figure 3a) from the SFT agent: per turn N sampled candidates, the one a turn-wise critic
     # ranks highest is played; the critic reads the maze's layout and shortest path (`hidden`) or not
     # (`nohidden`), against a random pick, on 200 held-out tasks. Both critics learn from the SFT agent's 2,000
@@ -132,6 +135,7 @@ VARIANTS["sweet"] = {
 # Variant -> the pairs of its `compare` metrics that the table reports (method_vs_baseline)
 REPORTED: dict[str, tuple[str, ...]] = {
     "agentevol": ("evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft"),
+    "kv1": ("evol2_vs_control", "evol2_vs_sft", "control_vs_sft", "rl_vs_sft"),
     "rft": ("evol2_vs_control", "evol2_vs_sft"),
     "ei": ("evol2_vs_control", "evol2_vs_sft"),
     "plateau": ("evol2_vs_control", "evol2_vs_sft", "control_vs_sft"),
