@@ -114,7 +114,12 @@ def main() -> None:
         if grad_diff > 1e-3:
             raise SystemExit(f"{env}: the passes' gradients differ by {grad_diff:.1e} of the largest")
         timed = {fn: 0.0 for fn in models}
-        loss_of(models[whole_states], batches[0], tokenizer.pad_token_id, whole_states).backward()  # warm-up
+        for (
+            fn,
+            model,
+        ) in models.items():  # warm-up of both passes at this environment's shapes, not trained on
+            loss_of(model, batches[0], tokenizer.pad_token_id, fn).backward()
+            model.zero_grad()
         for batch in batches:  # both passes on each batch in turn: a slow spell of the machine hits both
             for fn, model in models.items():
                 start = time.perf_counter()
