@@ -1,19 +1,17 @@
-"""SFT with each batch's system prompt run once, against the stage's whole-sequence pass: what it would save.
+"""SFT with each batch's system prompt run once, against every row run whole: what the stage's sharing saves.
 
 Every AgentTraj episode of an environment begins with the same system prompt, which the loss never reads (30% of
-the default mixture's tokens: `benchmarks/sft_profile.py`). The RL learner already runs a prefix its rows share
-once, its KV cache copied to the rows (`gymflow.train.prefix.reply_states`; autograd sums the copies' gradients).
-This runs one SFT step (forward, the loss on the assistant tokens, backward, AdamW) both ways on the same batches:
-- the stage's pass: the model over the right-padded rows without a mask, the LM head on the labelled positions
-  (as `AssistantLossTrainer`);
-- the shared pass: `reply_states` with every row of a batch in one group, then the same head and loss.
-Batches are `--batch` episodes of one environment, similar lengths together (the stage's `group_by_length` mixes
-environments within a batch: the shared pass would need a sampler that keeps a batch to one environment). It
-checks both passes give the same loss and gradients, then prints tokens per second per environment, the ratio,
-and the ratio over the default's mixture (each environment weighed by its tokens x passes).
+the default mixture's tokens: `benchmarks/sft_profile.py`). The stage's sampler keeps a batch to one system
+prompt and its loss runs the ids the rows share once, their KV cache under every row's rest
+(`gymflow.train.shared_prompt`). This runs one SFT step (forward, the loss on the assistant tokens, backward,
+AdamW) of the stage's `assistant_loss` both ways, `share` on and off, on the same batches of one environment
+(similar lengths together), checks both give the same loss and gradients, then prints tokens per second per
+environment, the ratio, whether the stage shares that environment's batches (`shared_prefix`: apps' long rows
+share too small a part), and the ratio over the default's mixture (each environment weighed by its tokens x
+passes).
 
-    python benchmarks/sft_shared_prefix.py [--batches 6] [--batch 8] [--seed 0]
-    OMP_NUM_THREADS=1 python benchmarks/sft_shared_prefix.py     # as each of the stage's processes trains
+    python benchmarks/sft_shared_prefix.py [--batches 6] [--batch 4] [--seed 0]
+    OMP_NUM_THREADS=1 python benchmarks/sft_shared_prefix.py     # as each of the stage's two processes trains
 Reads data/rollouts/trajectories and data/models/init (`dvc repro init_model`).
 """
 
@@ -28,60 +26,50 @@ import time
 import torch
 from rich.console import Console
 from rich.table import Table
-from torch import nn
 from transformers import AutoModelForCausalLM
 
 from gymflow import paths
 from gymflow.config import load_params
 from gymflow.models.build import load_tokenizer
-from gymflow.train.pg import TokenEpisode
-from gymflow.train.prefix import reply_states
-from gymflow.train.sft import conversations
+from gymflow.train.sft import assistant_loss, conversations
+from gymflow.train.shared_prompt import shared_prefix
 
 
-def episodes(convs: list[dict], tokenizer, count: int, seed: int, max_length: int) -> list[TokenEpisode]:
-    """A seeded draw of `count` conversations as token rows: ids, assistant ids marked 1, one group."""
-    rows = []
+def rows(convs: list[dict], tokenizer, count: int, seed: int, max_length: int) -> list[tuple[list, list]]:
+    """A seeded draw of `count` conversations as (ids, labels), shortest first (similar lengths share a batch)."""
+    out = []
     for conv in random.Random(seed).sample(convs, min(count, len(convs))):
         enc = tokenizer.apply_chat_template(
             conv["messages"], return_dict=True, return_assistant_tokens_mask=True
         )
-        ids, turns = enc["input_ids"][:max_length], enc["assistant_masks"][:max_length]
-        if any(turns):
-            rows.append(TokenEpisode(ids=ids, turns=turns, reward=0.0, group=0))
-    return sorted(rows, key=lambda r: len(r.ids))  # similar lengths share a batch
+        ids, mask = enc["input_ids"][:max_length], enc["assistant_masks"][:max_length]
+        if any(mask):
+            out.append((ids, [i if m else -100 for i, m in zip(ids, mask, strict=True)]))
+    return sorted(out, key=lambda r: len(r[0]))
 
 
-def whole_states(model: nn.Module, rows: list[TokenEpisode], pad_id: int):
-    """The stage's pass: every row whole, right-padded, no mask; the states before each assistant id."""
-    width = max(len(r.ids) for r in rows)
+def batch_of(rows: list[tuple[list, list]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded as the stage's collator pads: input_ids, attention_mask, labels."""
+    width = max(len(ids) for ids, _ in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    reply = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        ids[i, : len(r.ids)] = torch.tensor(r.ids)
-        reply[i, : len(r.ids)] = torch.tensor(r.turns) > 0
-    row, pos = reply.nonzero(as_tuple=True)
-    states = model.model(input_ids=ids).last_hidden_state
-    return ids, (row, pos), states[row, pos - 1]
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (row, target) in enumerate(rows):
+        ids[i, : len(row)], labels[i, : len(row)], mask[i, : len(row)] = (
+            torch.tensor(row),
+            torch.tensor(target),
+            1,
+        )
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def shared_states(model: nn.Module, rows: list[TokenEpisode], pad_id: int):
-    ids, _, where, states = reply_states(model.model, rows, pad_id, torch.device("cpu"))
-    return ids, where, states
-
-
-def loss_of(model: nn.Module, rows: list[TokenEpisode], pad_id: int, states_fn) -> torch.Tensor:
-    ids, (row, pos), states = states_fn(model, rows, pad_id)
-    logits = model.get_output_embeddings()(states)
-    return nn.functional.cross_entropy(logits.float(), ids[row, pos])
-
-
-def check(model: nn.Module, rows: list[TokenEpisode], pad_id: int) -> tuple[float, float]:
-    """Both passes' losses on one batch and the largest gradient difference relative to the largest gradient."""
+def check(model, batch) -> tuple[float, float]:
+    """Both ways' losses on one batch: their difference, and the largest gradient difference relative to the
+    largest gradient."""
     grads = []
-    for fn in (whole_states, shared_states):
+    for share in (False, True):
         model.zero_grad()
-        loss = loss_of(model, rows, pad_id, fn)
+        loss, _ = assistant_loss(model, model, batch, share=share)
         loss.backward()
         grads.append((loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()])))
     (a, ga), (b, gb) = grads
@@ -94,56 +82,65 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--batches", type=int, default=6, help="timed batches per environment (default 6)")
-    parser.add_argument("--batch", type=int, default=8, help="episodes per batch (default 8, sft.batch_size)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=4,
+        help="episodes per batch (default 4: each of the stage's 2 processes' rows)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the draws' seed (default 0)")
     args = parser.parse_args()
     sft = load_params().sft
     tokenizer = load_tokenizer(paths.model("init"))
     base = AutoModelForCausalLM.from_pretrained(paths.model("init"))
-    models = {fn: copy.deepcopy(base) for fn in (whole_states, shared_states)}
-    optimizers = {fn: torch.optim.AdamW(m.parameters(), lr=sft.lr) for fn, m in models.items()}
-    table = Table("env", "tokens / episode", "stage tok/s", "shared tok/s", "shared / stage", "loss diff")
-    seconds = {fn: 0.0 for fn in models}
+    models = {share: copy.deepcopy(base) for share in (False, True)}
+    optimizers = {share: torch.optim.AdamW(m.parameters(), lr=sft.lr) for share, m in models.items()}
+    table = Table(
+        "env", "tokens / episode", "shared ids", "whole tok/s", "shared tok/s", "shared / whole", "loss diff"
+    )
+    seconds = {share: 0.0 for share in models}
     for env, passes in sft.envs.items():
         convs = conversations(paths.TRAJECTORY_ROLLOUTS, [env])
         if not convs:
             raise SystemExit(f"no AgentTraj episodes of {env}: run `dvc repro trajectories` first")
-        rows = episodes(convs, tokenizer, args.batches * args.batch, args.seed, sft.max_length)
-        batches = [rows[i : i + args.batch] for i in range(0, len(rows), args.batch)]
-        loss_diff, grad_diff = check(base, batches[0], tokenizer.pad_token_id)
+        drawn = rows(convs, tokenizer, args.batches * args.batch, args.seed, sft.max_length)
+        batches = [
+            batch_of(drawn[i : i + args.batch], tokenizer.pad_token_id)
+            for i in range(0, len(drawn), args.batch)
+        ]
+        loss_diff, grad_diff = check(base, batches[0])
         if grad_diff > 1e-3:
-            raise SystemExit(f"{env}: the passes' gradients differ by {grad_diff:.1e} of the largest")
-        timed = {fn: 0.0 for fn in models}
-        for (
-            fn,
-            model,
-        ) in models.items():  # warm-up of both passes at this environment's shapes, not trained on
-            loss_of(model, batches[0], tokenizer.pad_token_id, fn).backward()
+            raise SystemExit(f"{env}: the two ways' gradients differ by {grad_diff:.1e} of the largest")
+        for share, model in models.items():  # warm-up of both at this environment's shapes, not trained on
+            assistant_loss(model, model, batches[0], share=share)[0].backward()
             model.zero_grad()
-        for batch in batches:  # both passes on each batch in turn: a slow spell of the machine hits both
-            for fn, model in models.items():
+        timed = {share: 0.0 for share in models}
+        for batch in batches:  # both ways on each batch in turn: a slow spell of the machine hits both
+            for share, model in models.items():
                 start = time.perf_counter()
-                loss_of(model, batch, tokenizer.pad_token_id, fn).backward()
-                optimizers[fn].step()
-                optimizers[fn].zero_grad()
-                timed[fn] += time.perf_counter() - start
-        tokens = sum(len(r.ids) for r in rows)
-        stage, shared = (tokens / timed[fn] for fn in models)
-        mixture_tokens = tokens / len(rows) * len(convs) * passes  # the environment's share of the mixture
-        for fn in models:
-            seconds[fn] += mixture_tokens * timed[fn] / tokens
+                assistant_loss(model, model, batch, share=share)[0].backward()
+                optimizers[share].step()
+                optimizers[share].zero_grad()
+                timed[share] += time.perf_counter() - start
+        tokens = sum(len(ids) for ids, _ in drawn)
+        whole, shared = (tokens / timed[share] for share in models)
+        mixture_tokens = tokens / len(drawn) * len(convs) * passes  # the environment's share of the mixture
+        for share in models:
+            seconds[share] += mixture_tokens * timed[share] / tokens
+        prefix = sum(shared_prefix(b["input_ids"], b["labels"]) for b in batches) / len(batches)
         table.add_row(
             env,
-            f"{tokens / len(rows):.0f}",
-            f"{stage:.0f}",
+            f"{tokens / len(drawn):.0f}",
+            f"{prefix:.0f}",
+            f"{whole:.0f}",
             f"{shared:.0f}",
-            f"{shared / stage:.2f}x",
+            f"{shared / whole:.2f}x",
             f"{loss_diff:.1e}",
         )
     Console(width=160).print(table)
     print(
-        f"over the default's mixture (sft.envs' passes): the shared pass "
-        f"{seconds[whole_states] / seconds[shared_states]:.2f}x the stage's; {args.batches} batches of {args.batch} per environment, {torch.get_num_threads()} threads on "
+        f"over the default's mixture (sft.envs' passes): sharing {seconds[False] / seconds[True]:.2f}x; "
+        f"{args.batches} batches of {args.batch} per environment, {torch.get_num_threads()} threads on "
         f"{platform.processor() or platform.machine()}"
     )
 

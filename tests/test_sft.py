@@ -280,3 +280,101 @@ def test_nothing_to_learn_saves_the_start_unchanged(tmp_path, init_dir):
         AutoModelForCausalLM.from_pretrained(out)
     ) == weights_hash(start)
     assert (tmp_path / "curve.csv").read_text().strip() == "step,loss,lr"
+
+
+def test_regroup_fills_each_batch_with_one_keys_rows_in_the_order_they_come():
+    from gymflow.train.shared_prompt import regroup
+
+    keys = ["a", "b", "a", "a", "b", "b", "a", "c"]
+    assert regroup(range(8), keys, 2) == [0, 2, 1, 4, 3, 6, 5, 7]  # a, b, a full batches; b and c left over
+    assert regroup([3, 1, 0, 2], ["a"] * 4, 3) == [3, 1, 0, 2]  # one key: the order itself
+    assert sorted(regroup([5, 0, 3, 1, 4, 2], keys, 3)) == list(range(6))
+
+
+def test_shared_prefix_stops_before_the_state_of_the_first_target():
+    from gymflow.train.shared_prompt import MIN_SHARED, shared_prefix
+
+    ids = torch.arange(100).repeat(3, 1)
+    ids[1, 40], ids[2, 60] = -1, -1  # row 1 differs from position 40
+    labels = torch.full_like(ids, -100)
+    labels[:, 70:90] = ids[:, 70:90]
+    assert shared_prefix(ids, labels) == 40
+    labels[2, 30] = 5  # a target at 30 is predicted from position 29: the prefix ends before it
+    assert shared_prefix(ids, labels) == 29
+    labels[0, MIN_SHARED] = 5
+    assert shared_prefix(ids, labels) == 0  # too few ids to be worth a second pass
+    long = torch.arange(800).repeat(2, 1)
+    long[
+        1, 40:
+    ] = -1  # 40 shared ids of rows of 800: a second pass over the rows' 760 costs more than it saves
+    late = torch.full_like(long, -100)
+    late[:, 700:] = 5
+    assert shared_prefix(long, late) == 0 and shared_prefix(long[:, :300], late[:, 500:]) == 40
+
+
+def test_a_batchs_shared_prompt_run_once_gives_the_whole_rows_loss_and_gradients(
+    tmp_path, data_dir, init_dir, monkeypatch
+):
+    from datasets import Dataset
+
+    from gymflow.train import sft, shared_prompt
+
+    tok = AutoTokenizer.from_pretrained(init_dir)
+    model = AutoModelForCausalLM.from_pretrained(init_dir)
+    args = sft_args(SFTParams(envs={"maze": 1}, max_length=1024, bf16=False), tmp_path / "out")
+    data = Dataset.from_list(conversations(data_dir, ["maze"])[:4])
+    trainer = sft.AssistantLossTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    assert not batch["attention_mask"].all()  # right-padded rows of several lengths
+    prefix = shared_prompt.shared_prefix(batch["input_ids"], batch["labels"])
+    assert prefix > 32  # the maze system prompt
+    calls = []
+    monkeypatch.setattr(
+        sft, "prefix_then_rows", lambda *a: calls.append(a[-1]) or shared_prompt.prefix_then_rows(*a)
+    )
+    runs = []
+    for share in (True, False):
+        model.zero_grad()
+        loss, _ = sft.assistant_loss(model, model, batch, share=share)
+        loss.backward()
+        runs.append((loss.item(), [p.grad.clone() for p in model.parameters()]))
+    assert calls == [prefix]  # the first run ran the prefix once, the second the whole rows
+    (shared, grads), (whole, expected) = runs
+    assert shared == pytest.approx(whole, rel=1e-5) and whole > 1.0
+    for a, b in zip(grads, expected, strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_each_batch_holds_rows_of_one_system_prompt_in_trls_length_grouped_order(
+    tmp_path, data_dir, init_dir
+):
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    from gymflow.train.sft import AssistantLossTrainer
+
+    convs = conversations(data_dir, ["maze"])
+    other = [
+        {"messages": [{**c["messages"][0], "content": "Another agent. " * 20}, *c["messages"][1:]]}
+        for c in convs
+    ]
+    tok = AutoTokenizer.from_pretrained(init_dir)
+    args = sft_args(SFTParams(envs={"maze": 1}, max_length=1024, bf16=False, batch_size=4), tmp_path / "out")
+
+    def batches(cls, data):
+        trainer = cls(
+            model=AutoModelForCausalLM.from_pretrained(init_dir),
+            args=args,
+            train_dataset=Dataset.from_list(data),
+            processing_class=tok,
+        )
+        torch.manual_seed(0)
+        return [b["input_ids"] for b in trainer.get_train_dataloader()]
+
+    ours, trls = batches(AssistantLossTrainer, convs), batches(SFTTrainer, convs)
+    assert all(torch.equal(a, b) for a, b in zip(ours, trls, strict=True))  # one system prompt: TRL's order
+    starts = [{tuple(row[:32].tolist()) for row in b} for b in batches(AssistantLossTrainer, convs + other)]
+    assert len(starts) == 12 and all(len(s) == 1 for s in starts)  # 48 rows: 12 batches of one prompt each
+    assert len({next(iter(s)) for s in starts}) == 2
+    mixed = [{tuple(row[:32].tolist()) for row in b} for b in batches(SFTTrainer, convs + other)]
+    assert any(len(s) > 1 for s in mixed)  # where TRL's own order mixes them

@@ -165,12 +165,12 @@ def _shared(
     heads = members.new_zeros(int(which.max()) + 1).scatter_(0, which, members)  # any row of each: same ids
     head_len = prefix[heads]
     head_mask = (torch.arange(int(head_len.max()), device=device) < head_len[:, None]).long()
-    cache, cache_kwarg = DynamicCache(config=decoder.config), _cache_kwarg(decoder)
+    cache, kwarg = DynamicCache(config=decoder.config), cache_kwarg(decoder)
     head_states = decoder(
         input_ids=ids[heads, : head_mask.shape[1]],
         attention_mask=head_mask,
         use_cache=True,
-        **{cache_kwarg: cache},
+        **{kwarg: cache},
     ).last_hidden_state
     copies = DynamicCache(
         ddp_cache_data=[(layer.keys[which], layer.values[which]) for layer in cache.layers],
@@ -185,7 +185,7 @@ def _shared(
         attention_mask=torch.cat([head_mask[which], tail_mask], 1),
         position_ids=offsets,
         use_cache=True,
-        **{cache_kwarg: copies},
+        **{kwarg: copies},
     ).last_hidden_state
     local = torch.zeros(len(ids), dtype=torch.long, device=device)
     local[members] = torch.arange(len(members), device=device)
@@ -196,7 +196,7 @@ def _shared(
     return torch.where(in_head, from_head, from_tail)
 
 
-def _cache_kwarg(decoder: nn.Module) -> str:
+def cache_kwarg(decoder: nn.Module) -> str:
     """The decoder's name for a KV cache: `cache` from transformers 5.2x, `past_key_values` before (an unknown
     keyword would be swallowed by its **kwargs, and the suffixes would run without their prefix)."""
     names = inspect.signature(decoder.forward).parameters

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from gymflow.progress import is_terminal
 from gymflow.rollout.records import config_hash
 from gymflow.store.db import connect
 from gymflow.store.io import share_modes, write_csv
+from gymflow.train.shared_prompt import GroupedLengthSampler, group_key, prefix_then_rows, shared_prefix
 
 # Under a run's checkpoint folder, where the trainer writes a checkpoint until it is whole (`Checkpoints`).
 STAGING = ".incomplete"
@@ -106,28 +108,57 @@ class AssistantLossTrainer(SFTTrainer):
             shard.num_processes, shard.process_index, shard.even_batches = 1, 0, False
         return loader
 
+    def _get_train_sampler(self, train_dataset=None):
+        """TRL's length-grouped order, regrouped so that a batch's rows begin alike (`GroupedLengthSampler`)."""
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        if self.args.train_sampling_strategy != "group_by_length" or "input_ids" not in dataset.column_names:
+            return super()._get_train_sampler(train_dataset)
+        ids = dataset["input_ids"]
+        batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
+        return GroupedLengthSampler(batch, [len(row) for row in ids], [group_key(row) for row in ids])
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         processes = self.accelerator.num_processes
         if processes > 1:
             # the global batch's target tokens (labels shift by one), whatever the Trainer counted
             num_items_in_batch = (inputs["labels"][:, 1:] != -100).sum()
             inputs, weight = process_share(inputs, self.accelerator.process_index, processes)
-        targets = inputs["labels"][:, 1:]  # position t predicts the id at t + 1
-        labelled = (targets != -100).nonzero(as_tuple=True)
-        head = self.accelerator.unwrap_model(model).get_output_embeddings()
-        hook = head.register_forward_pre_hook(lambda _, args: (args[0][:, :-1][labelled],))
-        try:  # through the wrapper: DDP's gradient hooks and LoRA's adapters run as they always do
-            outputs = model(
-                input_ids=inputs["input_ids"],
-                attention_mask=causal_mask(inputs.get("attention_mask")),
-                position_ids=inputs.get("position_ids"),
-            )
-        finally:
-            hook.remove()
-        loss = nn.functional.cross_entropy(outputs.logits.float(), targets[labelled], reduction="sum")
-        loss = loss / (len(targets[labelled]) if num_items_in_batch is None else num_items_in_batch)
+        bare = self.accelerator.unwrap_model(model)
+        share = (
+            not self.args.gradient_checkpointing
+        )  # the prefix's cache needs `use_cache`, which it turns off
+        loss, outputs = assistant_loss(model, bare, inputs, num_items_in_batch, share)
         loss = loss * weight if processes > 1 else loss
         return (loss, outputs) if return_outputs else loss
+
+
+def assistant_loss(
+    model: Callable[..., Any],
+    bare: nn.Module,
+    inputs: dict[str, Any],
+    num_items: torch.Tensor | int | None = None,
+    share: bool = True,
+) -> tuple[torch.Tensor, Any]:
+    """The cross-entropy of `inputs`' labelled ids (summed over `num_items`, or averaged) and the model's output:
+    `model` called once (the Trainer's, maybe DDP's wrapper; `bare` is the model inside it), its LM head run on the
+    labelled positions only. With `share`, leading ids every row shares run once (`gymflow.train.shared_prompt`)."""
+    ids, mask = inputs["input_ids"], causal_mask(inputs.get("attention_mask"))
+    targets = inputs["labels"][:, 1:]  # position t predicts the id at t + 1
+    row, position = (targets != -100).nonzero(as_tuple=True)
+    shared = 0
+    if share and mask is None and inputs.get("position_ids") is None:
+        shared = shared_prefix(ids, inputs["labels"])
+    head = bare.get_output_embeddings()
+    hook = head.register_forward_pre_hook(lambda _, args: (args[0][row, position - shared],))
+    try:  # through the wrapper: DDP's gradient hooks and LoRA's adapters run as they always do
+        if shared:
+            outputs = prefix_then_rows(model, bare, ids, shared)
+        else:
+            outputs = model(input_ids=ids, attention_mask=mask, position_ids=inputs.get("position_ids"))
+    finally:
+        hook.remove()
+    loss = nn.functional.cross_entropy(outputs.logits.float(), targets[row, position], reduction="sum")
+    return loss / (len(row) if num_items is None else num_items), outputs
 
 
 def causal_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
