@@ -345,6 +345,39 @@ def test_a_batchs_shared_prompt_run_once_gives_the_whole_rows_loss_and_gradients
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
 
 
+def test_under_lora_the_shared_prompt_gives_the_adapters_the_whole_rows_gradients(
+    tmp_path, data_dir, init_dir
+):
+    from datasets import Dataset
+    from peft import get_peft_model
+
+    from gymflow.models.build import lora_config
+    from gymflow.train import sft, shared_prompt
+
+    tok = AutoTokenizer.from_pretrained(init_dir)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(init_dir), lora_config(4))
+    for name, p in model.named_parameters():  # LoRA's B starts at zero: give every adapter a gradient path
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    args = sft_args(SFTParams(envs={"maze": 1}, max_length=1024, bf16=False), tmp_path / "out")
+    data = Dataset.from_list(conversations(data_dir, ["maze"])[:4])
+    trainer = sft.AssistantLossTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(4)])
+    assert shared_prompt.shared_prefix(batch["input_ids"], batch["labels"]) > 32
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert trained and len(trained) < len(list(model.parameters()))  # the adapters only
+    runs = []
+    for share in (True, False):
+        model.zero_grad()
+        loss, _ = sft.assistant_loss(model, model, batch, share=share)
+        loss.backward()
+        runs.append((loss.item(), [p.grad.clone() for p in trained]))
+    (shared, grads), (whole, expected) = runs
+    assert shared == pytest.approx(whole, rel=1e-5)
+    for a, b in zip(grads, expected, strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4) and a.abs().sum() > 0
+
+
 def test_each_batch_holds_rows_of_one_system_prompt_in_trls_length_grouped_order(
     tmp_path, data_dir, init_dir
 ):
