@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +21,6 @@ from gymflow.store.io import write_text
 ITERATION = {
     "ITERATION": "the AgentEvol iteration, one of evol.iterations in params.yaml"
 }  # its stages' argument
-T = TypeVar("T")
 T = TypeVar("T")
 
 
@@ -58,14 +59,33 @@ def run_stage(
     `arguments` (name: help; `NAME ...` takes any number) and runs nothing."""
     stage_parser(main, arguments or {}).parse_args()
     quiet_hf_progress()  # Hugging Face's bars would fill a log file with carriage-return fragments
+    interrupted = False
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True
+        signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt, as Python's own handler does
+
+    main_thread = threading.current_thread() is threading.main_thread()  # only there can Python set a handler
+    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     try:
         main()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Exception as e:
+        # Code that polls for signals inside C may turn the KeyboardInterrupt into its own error (a DuckDB query
+        # raises "Query interrupted"): after a Ctrl-C, any error is the interrupt.
+        if not interrupted:
+            raise
+        print(f"interrupted ({type(e).__name__}: {e}): {resume_note}", file=sys.stderr)
+        sys.exit(130)
     except KeyboardInterrupt:
         print(f"interrupted: {resume_note}", file=sys.stderr)
         sys.exit(130)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
 
 
 def stage_parser(main: Callable[[], None], arguments: dict[str, str]) -> argparse.ArgumentParser:

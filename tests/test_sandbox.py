@@ -620,3 +620,20 @@ def test_the_seccomp_program_gives_the_verdicts_worked_out_by_hand() -> None:
     assert verdict(56, 0x11) == allow and verdict(62, pid + 1) == allow  # clone for fork, kill of a cell
     assert verdict(41) == eperm and verdict(59) == eperm and verdict(101) == eperm  # socket, execve, ptrace
     assert verdict(435) == enosys and verdict(0x40000000 + 41) == kill
+
+
+def test_a_killed_processs_scratch_is_swept_and_a_live_ones_kept(tmp_path, monkeypatch):
+    """A process killed before `Child.close` leaves its scratch directory; the next launch removes it, but never
+    one whose process still runs."""
+    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead, live = (
+        tmp_path / f"gymflow-sandbox-{gone.pid}-ab_c",
+        tmp_path / f"gymflow-sandbox-{os.getpid()}-xyz",
+    )
+    other = tmp_path / "gymflow-sandbox-k2j3h4"  # no pid in the name: not ours to judge
+    for path in (dead, live, other):
+        (path / "home").mkdir(parents=True)
+    sandbox._sweep_dead_scratch.__wrapped__()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])

@@ -263,6 +263,31 @@ class Child:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+SCRATCH_PREFIX = "gymflow-sandbox-"  # then the pid of the process that launched it
+
+
+@functools.cache  # once per process: what earlier processes left is there before this one starts
+def _sweep_dead_scratch() -> None:
+    """Remove scratch directories whose launching process is gone: one killed before `Child.close` ran (SIGKILL,
+    a lost machine) leaves its directory behind, and /tmp fills over many runs. Only this user's, only dead pids."""
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        with contextlib.suppress(OSError, ValueError):
+            if path.is_symlink() or path.lstat().st_uid != os.getuid() or _alive(int(pid)):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def launch(
     limits: Limits, want: tuple[str, ...] = LAYERS, mode: str = "requests", trusted: bool | None = None
 ) -> Child:
@@ -270,7 +295,8 @@ def launch(
     `trusted` (default: the GYMFLOW_SANDBOX variable), the harness runs no candidate code where the kernel
     layers do not contain it, and answers with the kinds of escape left open."""
     trusted = _trusted() if trusted is None else trusted
-    scratch = Path(tempfile.mkdtemp(prefix="gymflow-sandbox-"))
+    _sweep_dead_scratch()
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     home, root = scratch / "home", scratch / "root"
     home.mkdir()
     root.mkdir()

@@ -113,9 +113,12 @@ class AssistantLossTrainer(SFTTrainer):
         dataset = self.train_dataset if train_dataset is None else train_dataset
         if self.args.train_sampling_strategy != "group_by_length" or "input_ids" not in dataset.column_names:
             return super()._get_train_sampler(train_dataset)
-        ids = dataset["input_ids"]
+        lengths, keys = [], []
+        for chunk in dataset.select_columns(["input_ids"]).iter(batch_size=4096):  # not the column at once
+            lengths += [len(row) for row in chunk["input_ids"]]
+            keys += [group_key(row) for row in chunk["input_ids"]]
         batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
-        return GroupedLengthSampler(batch, [len(row) for row in ids], [group_key(row) for row in ids])
+        return GroupedLengthSampler(batch, lengths, keys)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         processes = self.accelerator.num_processes
