@@ -257,10 +257,19 @@ def test_a_right_padded_batch_trains_the_same_without_its_mask(init_dir):
 
 
 @pytest.mark.parametrize(
-    ("avx512_bf16", "amx", "expected"), [(False, False, False), (True, False, True), (False, True, True)]
+    ("avx512_bf16", "amx", "kernels", "expected"),
+    [
+        (False, False, "AVX512", False),
+        (True, False, "AVX512", True),
+        (False, True, "AVX512", True),
+        (True, True, "AVX2", False),  # ATEN_CPU_CAPABILITY=avx2: PyTorch's kernels would emulate bf16
+    ],
 )
-def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(monkeypatch, avx512_bf16, amx, expected):
+def test_auto_precision_is_bf16_only_where_the_cpu_computes_it(
+    monkeypatch, avx512_bf16, amx, kernels, expected
+):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: kernels)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     assert use_bf16("auto") is expected

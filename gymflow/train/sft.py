@@ -301,14 +301,16 @@ def _seconds_before(checkpoint: Path | None) -> float:
 
 def use_bf16(setting: bool | str) -> bool:
     """`sft.bf16` resolved: "auto" is bf16 where it is native (a CUDA device that has it; a CPU with AVX-512
-    BF16 or AMX). Elsewhere CPU autocast emulates bf16: 12x slower than fp32 on an AVX2-only EPYC here
+    BF16 or AMX, running PyTorch's AVX-512 kernels). Elsewhere CPU autocast emulates bf16: 12x slower than fp32 on an AVX2-only EPYC here
     (`python benchmarks/sft_precision.py`), where a CPU with AVX-512 BF16 trained 1.2-1.6x faster with it."""
     if setting != "auto":
         return bool(setting)
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private, so looked up with a default
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+    native = any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+    # and PyTorch runs its AVX-512 kernels: ATEN_CPU_CAPABILITY=avx2 (as on an AVX2-only machine) emulates bf16
+    return native and torch.backends.cpu.get_cpu_capability() == "AVX512"
 
 
 def sft_args(cfg: SFTParams, output_dir: Path, tokenized: bool = False) -> SFTConfig:
