@@ -7,8 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from test_sampling import PAD, STOP, model, recomputed_logprobs  # noqa: F401 (a fixture)
 
 from gymflow.models.sampling import Decoder, sample
 
@@ -18,34 +17,8 @@ SPEC = importlib.util.spec_from_file_location(
 bench = sys.modules[SPEC.name] = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bench)
 
-PAD, STOP = 0, 1
 
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # two query heads per kv head: the grouping is part of what is checked
-        max_position_embeddings=128,
-        pad_token_id=PAD,
-        eos_token_id=STOP,
-    )
-    return Qwen2ForCausalLM(config).eval()
-
-
-@torch.no_grad()
-def recomputed_logprobs(model, prompt, completion):
-    ids = torch.tensor([prompt + completion])
-    logp = model(input_ids=ids).logits[0].float().log_softmax(-1)
-    return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(completion)]
-
-
-def test_a_prompt_every_row_shares_is_cached_once_and_changes_nothing(model, monkeypatch):
+def test_a_prompt_every_row_shares_is_cached_once_and_changes_nothing(model, monkeypatch):  # noqa: F811
     """12 rows beginning with the same 20 ids: over two turns, with ended replies set aside and a quarter of the
     rows dropped, every log-probability is the whole sequence's and the greedy ids are the engine's."""
     shared = [2 + (7 * i) % 37 for i in range(20)]
