@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from rich.table import Table
+from rollout_throughput import Vocab  # a model that decodes random ids (this folder is on the path)
 from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
@@ -168,7 +169,7 @@ def greedy(decoder_class, model, prompts: torch.Tensor, steps: int) -> tuple[lis
 def decode_table(batches: list[int], prompt_len: int, shared: int, steps: int) -> Table:
     vocab = ModelConfig().vocab_size
     torch.manual_seed(0)
-    model = build_model(ModelConfig(), _Vocab(vocab)).eval()
+    model = build_model(ModelConfig(), Vocab(vocab)).eval()
     table = Table(
         title=f"Greedy decoding, default model: {prompt_len} prompt ids ({shared} the same in every row), then "
         f"{steps} tokens; {torch.get_num_threads()} threads"
@@ -189,18 +190,6 @@ def decode_table(batches: list[int], prompt_len: int, shared: int, steps: int) -
             "yes" if ours == whole else "NO",
         )
     return table
-
-
-class _Vocab:
-    """What `build_model` reads of a tokenizer, for a model that decodes random ids."""
-
-    eos_token_id, pad_token_id = 1, 0
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
 
 
 def episodes_table(env: str, model_dir: Path, episodes: int, repeats: int, temperature: float) -> Table:

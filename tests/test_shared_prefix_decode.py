@@ -11,9 +11,9 @@ from test_sampling import PAD, STOP, model, recomputed_logprobs  # noqa: F401 (a
 
 from gymflow.models.sampling import Decoder, sample
 
-SPEC = importlib.util.spec_from_file_location(
-    "shared_prefix_decode", Path(__file__).resolve().parents[1] / "benchmarks" / "shared_prefix_decode.py"
-)
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # as when the script runs: it imports rollout_throughput beside it
+SPEC = importlib.util.spec_from_file_location("shared_prefix_decode", BENCHMARKS / "shared_prefix_decode.py")
 bench = sys.modules[SPEC.name] = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bench)
 
