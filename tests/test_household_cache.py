@@ -4,6 +4,7 @@ never taken from it, and the pipeline's own household sets fit the default bound
 
 import multiprocessing
 import os
+import queue
 import time
 from itertools import islice
 from pathlib import Path
@@ -143,7 +144,7 @@ def test_least_recently_used_goes_first_and_a_game_in_use_never(tasks, cache, mo
 
 
 @pytest.mark.slow  # TextWorld compiles with Inform 7's processes
-def test_a_game_evicted_while_played_plays_on_and_one_evicted_before_its_load_is_compiled_again(
+def test_a_game_evicted_while_played_plays_on_and_one_evicted_before_its_copy_is_compiled_again(
     tasks, cache, monkeypatch
 ):
     task = tasks[0]
@@ -156,22 +157,60 @@ def test_a_game_evicted_while_played_plays_on_and_one_evicted_before_its_load_is
         step = env.step(action)
     assert step.done and env.reward == 1.0
 
-    import textworld
+    copy, taken = household.private_copy, []
 
-    start, taken = textworld.start, []
-
-    def evicted_first(path, *args, **kwargs):
-        """Another process evicts the game between `game_file` and the load, once."""
+    def evicted_first(path):
+        """Another process evicts the game between `game_file` and the copy, once."""
         if not taken:
             taken.append(path)
-            os.unlink(path)
-            os.unlink(Path(path).with_suffix(".json"))
-        return start(path, *args, **kwargs)
+            evict_now(path)
+        return copy(path)
 
-    monkeypatch.setattr(textworld, "start", evicted_first)
+    monkeypatch.setattr(household, "private_copy", evicted_first)
     assert play(env, task) == 1.0 and taken
-    assert Path(taken[0]).exists()  # compiled again
+    assert taken[0].exists()  # compiled again
     env.close()
+
+
+def evict_now(path: Path) -> None:
+    """What `evict` does to a game: the .z8, then its .json."""
+    path.unlink()
+    path.with_suffix(".json").unlink()
+
+
+def _evicted_between_start_and_reset(task, out) -> None:
+    """Play `task` while another process evicts its game after `textworld.start` and before `reset` (Jericho
+    opens the story file at both); put the reward, or the error."""
+    import textworld
+
+    start, cached = textworld.start, game_file(task.seed, settings(task))
+
+    def start_then_evict(*args, **kwargs):
+        game = start(*args, **kwargs)
+        if cached.exists():
+            evict_now(cached)
+        return game
+
+    textworld.start = start_then_evict
+    try:
+        out.put(play(Household(), task))
+    except BaseException as err:
+        out.put(repr(err))
+
+
+@pytest.mark.slow  # a TextWorld compile
+def test_a_game_evicted_between_its_start_and_its_reset_still_plays(tasks, cache):
+    """Jericho's C code exits the whole process (an env server with it) when the story file is gone at reset;
+    a reset plays from a copy of its own. In a child process, so that a regression fails the test, not pytest."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_evicted_between_start_and_reset, args=(tasks[2], out), daemon=True)
+    child.start()
+    child.join(timeout=120)
+    child.kill()
+    assert child.exitcode == 0, f"the child exited with {child.exitcode}"
+    assert out.get(timeout=5) == 1.0
+    assert not games(cache)  # it was evicted indeed
 
 
 def _churn(order: list[int], tasks, out) -> None:
@@ -194,12 +233,17 @@ def test_processes_that_build_load_and_evict_together_all_play_their_games(tasks
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     orders = [[0, 1, 2, 3, 0, 1], [3, 2, 1, 0, 3, 2], [1, 3, 0, 2, 1, 3]]
-    procs = [ctx.Process(target=_churn, args=(o, tasks, out)) for o in orders]
+    procs = [ctx.Process(target=_churn, args=(o, tasks, out), daemon=True) for o in orders]
     for p in procs:
         p.start()
-    results = [out.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
+    try:  # a worker that dies puts nothing: wait for the others, then name it
+        results = [out.get(timeout=300) for _ in procs]
+    except queue.Empty:
+        results = [f"exit code {p.exitcode}" for p in procs if p.exitcode]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            p.kill()  # never left for pytest's exit to wait on
     assert results == [[1.0] * 6] * 3, results
     monkeypatch.setattr(household, "IN_USE_SECONDS", 0.0)
     assert disk(cache) <= cache_limit() + 3 * 450_000  # at most one game per process past it, in flight

@@ -21,8 +21,9 @@ The game cache is bounded (a client of `gymflow serve-env household` can name an
 420 KB): once its games pass `$GYMFLOW_HOUSEHOLD_CACHE_MB` (default 1024, about 2,400 games; the pipeline's
 household sets in params.yaml are 250), a compile deletes the least recently used ones (a reset marks its game used)
 until they fit. A game used in the last `IN_USE_SECONDS` is never deleted, so another process's game is not
-taken while it loads (so a burst of new seeds may pass the bound by the games compiled in those seconds); a
-reset whose game went anyway between its lookup and its load compiles it again.
+taken while it loads (so a burst of new seeds may pass the bound by the games compiled in those seconds). A
+reset loads a copy of its own (`private_copy`), so an eviction cannot take the file from Jericho; a reset whose game
+went anyway between its lookup and the copy compiles it again.
 
 Difficulty is the quest length, which is the walkthrough's length: 2, 4, 6 or 8 steps, in worlds of 3 to 6
 rooms. Reward is 1 when the quest is won, else 0. The expert plays TextWorld's `policy_commands`, the
@@ -33,6 +34,7 @@ as `quit` or `restart`, and several commands joined by '.' or 'then', would desy
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -175,7 +177,7 @@ def game_key(seed: int, settings: dict[str, int]) -> str:
 
 CACHE_MB_VAR = "GYMFLOW_HOUSEHOLD_CACHE_MB"
 DEFAULT_CACHE_MB = 1024  # about 2,400 games of ~420 KB; the pipeline's household sets are 250 games at most
-LOAD_ATTEMPTS = 5  # a reset whose game another process evicts before it loads compiles it again
+LOAD_ATTEMPTS = 5  # a reset whose game another process evicts before it is copied compiles it again
 IN_USE_SECONDS = 30.0  # a game used this recently is never evicted (another process may be loading it)
 STALE_BUILD_SECONDS = 3600.0  # a build folder this old was left by a killed compile (one takes about 1 s)
 
@@ -284,6 +286,20 @@ def game_file(seed: int, settings: dict[str, int]) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
     evict(root, limit)
     return path
+
+
+@contextlib.contextmanager
+def private_copy(path: Path) -> Iterator[Path]:
+    """A copy of the cached game (.z8 and .json) of this load's own, for the block's time. Jericho's C code opens
+    the story file again at `textworld.start` and at `reset`, and if it is gone exits the whole process (an env
+    server with it); another process's eviction cannot take a copy. FileNotFoundError if the game went first."""
+    tmp = Path(tempfile.mkdtemp(prefix="gymflow-household-"))
+    try:
+        for suffix in (".json", ".z8"):  # `evict` deletes the .z8 first: a copied .z8 had its .json
+            shutil.copyfile(path.with_suffix(suffix), tmp / f"game{suffix}")
+        yield tmp / "game.z8"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---- text -------------------------------------------------------------------------------------------
@@ -499,17 +515,16 @@ class Household(Env):
         for attempt in range(LOAD_ATTEMPTS):
             path = game_file(task.seed, settings)
             try:
-                with warnings.catch_warnings():  # jericho: "not fully supported" (TextWorld tracks the state)
+                # warnings: jericho's "not fully supported" (TextWorld tracks the state itself)
+                with private_copy(path) as game, warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    self.game = textworld.start(str(path), textworld.EnvInfos(**dict.fromkeys(INFOS, True)))
-                    self.state = self.game.reset()
+                    self.game = textworld.start(str(game), textworld.EnvInfos(**dict.fromkeys(INFOS, True)))
+                    self.state = self.game.reset()  # the game is in memory from here on
                 break
-            except Exception:
+            except FileNotFoundError:  # evicted by another process between the lookup and the copy
                 self.close()
-                gone = not (path.exists() and path.with_suffix(".json").exists())
-                if not gone or attempt == LOAD_ATTEMPTS - 1:
+                if attempt == LOAD_ATTEMPTS - 1:
                     raise
-                # evicted by another process between the lookup and the load: compile it again
         if list(self.state.policy_commands) != list(task.hidden["walkthrough"]):
             raise BadTask(  # the row's mistake, or a row made by another TextWorld: either way not this game
                 f"{echo(task.task_id)}: the rebuilt game differs from the task: hidden.walkthrough is not the "
