@@ -1,6 +1,7 @@
 """Fixtures shared by the SWEET-RL tests (critic, Best-of-N, actor pairs, DPO), Ctrl-C as a user sends it, and the
 fast tier's rule: a test not marked `slow` starts no process but the sandbox's."""
 
+import multiprocessing
 import os
 import platform
 import signal
@@ -82,6 +83,19 @@ def pytest_cmdline_main(config):
     fast = config.option.markexpr.replace(" ", "") == "notslow"
     if fast and getattr(config.option, "numprocesses", 0) is None and "PYTEST_XDIST_WORKER" not in os.environ:
         config.option.numprocesses = os.cpu_count() or 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Kill, naming them, the worker processes a test left running and not daemonic: Python's exit waits for
+    those forever. One that hung (a household worker killed by Jericho's C code, 2026-11-28) held CI past its
+    90 minutes after pytest had printed its summary."""
+    left = [p for p in multiprocessing.active_children() if not p.daemon]
+    for p in left:
+        p.kill()
+        p.join(5)
+    if left:
+        names = ", ".join(f"{p.name} (pid {p.pid})" for p in left)
+        print(f"\nkilled processes tests left running: {names}", file=sys.stderr)
 
 
 # Under pytest-xdist each worker gets its share of the cores as torch threads: with two threads each, two workers
