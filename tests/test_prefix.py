@@ -160,3 +160,32 @@ def test_the_decoder_sees_a_shared_prefix_once(tokenizer):
     model.model.embed_tokens.register_forward_hook(lambda _m, args, _out: seen.append(tuple(args[0].shape)))
     _learner(model, "loop")._forward(model, rows)
     assert seen == [(1, 40), (2, 5)] and padded_ids(rows) == 50
+
+
+def test_take_adds_a_repeated_states_gradients_in_the_same_order_every_time():
+    """A shared prefix's last state predicts the first reply id of every row of its group. Indexing's backward
+    added those rows' gradients with atomics over the threads, in whatever order they ran (20 distinct results
+    in 20 runs here); `take`'s adds them in order: the same bytes every time, the hand-summed gradient."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        states = torch.randn(9, 1500, 32, generator=gen, requires_grad=True)
+        rows, positions = (
+            torch.randint(0, 9, (6000,), generator=gen),
+            torch.randint(0, 100, (6000,), generator=gen),
+        )
+        upstream = torch.randn(6000, 32, generator=gen)
+        grads = set()
+        for _ in range(20):
+            states.grad = None
+            prefix.take(states, rows, positions).backward(upstream)
+            grads.add(states.grad.numpy().tobytes())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(grads) == 1
+    assert torch.equal(prefix.take(states, rows, positions), states[rows, positions])
+    expected = torch.zeros(9, 1500, 32, dtype=torch.float64)
+    for i in range(6000):  # every repeat summed by hand
+        expected[rows[i], positions[i]] += upstream[i].double()
+    assert torch.allclose(states.grad.double(), expected, atol=1e-5)

@@ -143,7 +143,15 @@ def _whole(
     states = decoder(input_ids=ids[lone, :width], attention_mask=mask[lone, :width]).last_hidden_state
     local = torch.zeros(len(ids), dtype=torch.long, device=ids.device)
     local[lone] = torch.arange(len(lone), device=ids.device)
-    return states[local[row], pos - 1]
+    return take(states, local[row], pos - 1)
+
+
+def take(states: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """`states[rows, positions]` ([B, T, H] -> [N, H]) through `index_select`, whose backward adds the gradients
+    of a repeated (row, position) in order. Indexing's backward adds them with atomics over the threads, in
+    whatever order those run: a shared prefix's last state predicts the first reply id of every row of its
+    group, and two `rl` runs on one machine trained different weights (2026-11-29)."""
+    return states.reshape(-1, states.shape[-1]).index_select(0, rows * states.shape[1] + positions)
 
 
 def _shared(
@@ -173,7 +181,9 @@ def _shared(
         **{kwarg: cache},
     ).last_hidden_state
     copies = DynamicCache(
-        ddp_cache_data=[(layer.keys[which], layer.values[which]) for layer in cache.layers],
+        ddp_cache_data=[
+            (layer.keys.index_select(0, which), layer.values.index_select(0, which)) for layer in cache.layers
+        ],
         config=decoder.config,
     )
     start = prefix[members]
@@ -191,8 +201,8 @@ def _shared(
     local[members] = torch.arange(len(members), device=device)
     seen, at = pos - 1, prefix[row]  # the state each reply id was predicted from, and where its suffix begins
     in_head = (seen < at)[:, None]
-    from_head = head_states[which[local[row]], seen.clamp(max=head_mask.shape[1] - 1)]
-    from_tail = tail_states[local[row], (seen - at).clamp(min=0)]
+    from_head = take(head_states, which[local[row]], seen.clamp(max=head_mask.shape[1] - 1))
+    from_tail = take(tail_states, local[row], (seen - at).clamp(min=0))
     return torch.where(in_head, from_head, from_tail)
 
 
