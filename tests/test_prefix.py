@@ -189,3 +189,29 @@ def test_take_adds_a_repeated_states_gradients_in_the_same_order_every_time():
     for i in range(6000):  # every repeat summed by hand
         expected[rows[i], positions[i]] += upstream[i].double()
     assert torch.allclose(states.grad.double(), expected, atol=1e-5)
+
+
+def test_the_learners_gradient_is_the_same_bytes_run_after_run(tokenizer):
+    """Twelve samples of one task share a prompt of 30 ids and reply 150 ids each, under two threads: the
+    learner's gradient over them, ten times from the same weights, is one result (on the old code several)."""
+    rng = random.Random(1)
+    prompt = [rng.randrange(5, len(tokenizer)) for _ in range(30)]
+    rows = [
+        _episode(prompt + [rng.randrange(5, len(tokenizer)) for _ in range(150)], 30, 0, float(i % 2))
+        for i in range(12)
+    ]
+    assert shared_prefixes(rows) == [30] * 12
+    model = _model(tokenizer, lora=False)
+    learner = _learner(model, "loop")
+    batch = learner.prepare(rows)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = set()
+        for _ in range(10):
+            model.zero_grad()
+            learner.backward(batch, list(range(12)), learner.units(batch))
+            grads.add(torch.cat([p.grad.flatten() for p in model.parameters()]).numpy().tobytes())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(grads) == 1
