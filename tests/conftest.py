@@ -87,8 +87,8 @@ def pytest_cmdline_main(config):
 
 def pytest_sessionfinish(session, exitstatus):
     """Kill, naming them, the worker processes a test left running and not daemonic: Python's exit waits for
-    those forever. One that hung (a household worker killed by Jericho's C code, 2026-11-28) held CI past its
-    90 minutes after pytest had printed its summary."""
+    those forever. CI ran past its 90 minutes after pytest had printed its summary (2026-11-28), most likely
+    waiting on a household worker whose game Jericho's C code had found gone and was exiting from."""
     left = [p for p in multiprocessing.active_children() if not p.daemon]
     for p in left:
         p.kill()
