@@ -1,6 +1,9 @@
 """The rollout engine: the sequence the cache saw is the sequence a learner rebuilds from the records."""
 
 import itertools
+import os
+import threading
+import time
 
 import pytest
 import torch
@@ -12,7 +15,7 @@ from gymflow.envs.instructions import build_splits
 from gymflow.envs.maze import Maze
 from gymflow.models.build import build_model
 from gymflow.models.tokenizer import train_tokenizer
-from gymflow.rollout.engine import SamplingConfig, episode_ids_and_mask, rollout
+from gymflow.rollout.engine import SamplingConfig, each, episode_ids_and_mask, rollout
 from gymflow.rollout.expert import run_expert
 
 TASKS = build_splits(Maze, 6, 0, seed=0)["train"]
@@ -120,3 +123,47 @@ def test_environments_are_reused_across_batches_and_closed_at_the_end(model, fmt
     episodes = rollout(model, fmt, [(t, 0) for t in TASKS], cfg, 2, make=counting_make_env)
     assert len(episodes) == len(TASKS) and len(made) == 2  # a batch's worth, not one per episode
     assert all(getattr(env, "was_closed", False) for env in made)
+
+
+class WaitingMaze(Maze):
+    """A maze whose resets and steps wait, as one in a sandbox or on a server does, and note their thread."""
+
+    waits_on_process = True
+    threads: set[int] = set()
+
+    def reset(self, task):
+        time.sleep(0.01)
+        self.threads.add(threading.get_ident())
+        return super().reset(task)
+
+    def step(self, action):
+        time.sleep(0.01)
+        self.threads.add(threading.get_ident())
+        return super().step(action)
+
+
+two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one thread per core: needs two")
+
+
+@two_cores
+def test_environments_that_wait_are_stepped_at_once_and_play_the_same_episodes(model, fmt):
+    cfg = SamplingConfig(temperature=0, max_new_tokens=8, batch_size=6)
+    jobs = [(t, 0) for t in TASKS]
+    plain = rollout(model, fmt, jobs, cfg, horizon=3)
+    WaitingMaze.threads = set()
+    waiting = rollout(model, fmt, jobs, cfg, horizon=3, make=lambda name: WaitingMaze())
+    assert len(WaitingMaze.threads) > 1  # resets and steps ran on the engine's threads
+    assert threading.get_ident() not in WaitingMaze.threads
+    assert [e.messages for e in waiting] == [e.messages for e in plain]  # logprobs too, exactly
+    assert [(e.reward, e.turns, e.end_reason) for e in waiting] == [
+        (e.reward, e.turns, e.end_reason) for e in plain
+    ]
+
+
+@two_cores
+def test_each_overlaps_waiting_environments_keeps_order_and_steps_the_others_in_turn():
+    meet = threading.Barrier(2, timeout=10)  # passes only if both calls are in flight at once
+    waiting = [(WaitingMaze(), i) for i in range(2)]
+    assert each(lambda item: (meet.wait(), item[1])[1], waiting) == [0, 1]
+    mixed = [(WaitingMaze(), 0), (Maze(), 1), (WaitingMaze(), 2)]
+    assert each(lambda item: threading.get_ident(), mixed) == [threading.get_ident()] * 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -61,6 +62,21 @@ def test_variables_persist_across_cells_and_die_with_the_session() -> None:
     with open_session("all") as fresh:
         cell = fresh.run("print(x)")
     assert cell.error.startswith("Execution failed.") and "NameError" in cell.error
+
+
+def test_a_session_started_on_a_thread_that_ends_keeps_its_interpreter() -> None:
+    """The harness dies with its parent by the kernel's parent-death signal, which fires when the thread that
+    forked it ends: a session started on a pool's thread (the engine stepping episodes at once, a server's
+    worker) lost its variables, killed by signal 9, once that thread ended."""
+    s = open_session("all")
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(s.run, "x = 41").result().error is None
+        # the pool's thread has ended; the interpreter it asked for has not
+        cell = s.run("x += 1\nprint(x)")
+        assert (cell.output, cell.error) == ("42\n", None)
+    finally:
+        s.close()
 
 
 def test_a_parent_holding_many_descriptors_gets_working_sessions() -> None:

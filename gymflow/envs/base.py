@@ -173,6 +173,9 @@ class Env(ABC):
 
     spec: ClassVar[EnvSpec]
     hidden_schema: ClassVar[type[Hidden]] = Hidden  # what `check_task` holds a task's hidden dict to
+    # Its reset and step wait on another process (a sandbox, a server) and touch no state shared between
+    # instances: the rollout engine then resets and steps a batch's episodes at once, so the waits overlap.
+    waits_on_process: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.task: Task | None = None

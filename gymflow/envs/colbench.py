@@ -152,6 +152,7 @@ class ColBenchHidden(Hidden):
 
 class ColBench(Env):
     hidden_schema = ColBenchHidden
+    waits_on_process = True  # a submit's tests run in the sandbox; a served human is a server
     spec = EnvSpec(
         name="colbench",
         description="ColBench backend programming: ask a simulated user for the rules, then write the function",

@@ -56,6 +56,8 @@ class HttpEnv(Env):
     """An environment of `name` played on one of `urls` (gymflow's env-server protocol); the spec and the
     bookkeeping (turns, reward, action cleaning) are the in-process class's, so episodes read the same."""
 
+    waits_on_process = True  # every reset and step is a request to a server
+
     def __init__(self, name: str, urls: Sequence[str], first: int = 0, retries: int = 4) -> None:
         super().__init__()
         if name not in ENVS:

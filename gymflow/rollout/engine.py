@@ -12,11 +12,14 @@ sequence and its loss mask from them.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 import torch
 from transformers import PreTrainedModel
@@ -25,7 +28,7 @@ from gymflow.agent.chat import ChatFormat
 from gymflow.agent.react import parse_action
 from gymflow.config import RolloutParams
 from gymflow.envs import make_env
-from gymflow.envs.base import Env, Task, out_of_turns, turn_limit
+from gymflow.envs.base import Env, Step, Task, out_of_turns, turn_limit
 from gymflow.models.sampling import Completion, CompletionBackend, Decoder
 from gymflow.progress import bar as progress_bar
 from gymflow.remote.env_client import EnvUnavailable
@@ -77,13 +80,14 @@ class EarlyStop:
 class _Running:
     """One episode in flight."""
 
-    def __init__(self, env: Env, task: Task, sample: int, horizon: int, fmt: ChatFormat) -> None:
+    def __init__(
+        self, env: Env, task: Task, sample: int, horizon: int, fmt: ChatFormat, reset: str | EnvUnavailable
+    ) -> None:
+        """`reset`: what `env.reset(task)` returned, or the `EnvUnavailable` it raised (`_reset`)."""
         self.env, self.task, self.sample, self.horizon = env, task, sample, horizon
-        self.failed = False  # its environment's server could not start it: it ends at once as an error
-        try:
-            observation = env.reset(task)
-        except EnvUnavailable as e:
-            observation, self.failed = f"(environment unavailable: {e})", True
+        # its environment's server could not start it: it ends at once as an error
+        self.failed = isinstance(reset, EnvUnavailable)
+        observation = f"(environment unavailable: {reset})" if self.failed else reset
         self.messages = [Message("system", env.spec.system_prompt), Message("user", observation)]
         self.ids = fmt.prompt(env.spec.system_prompt, observation)  # the sequence the next reply continues
         self.cached = 0  # how many of `ids` the shared KV cache holds (in-process path)
@@ -162,16 +166,51 @@ def start_batch(
 ) -> list[_Running]:
     """Reset one environment per (task, sample) of `batch`, reusing `pool`'s (one per concurrent episode of an
     environment, created on first need); turn limit `horizon` or each environment's own."""
-    running: list[_Running] = []
+    chosen: list[Env] = []
     taken: Counter[str] = Counter()
-    for task, sample in batch:
+    for task, _ in batch:
         envs = pool.setdefault(task.env, [])
         if taken[task.env] == len(envs):
             envs.append(make(task.env))
-        env = envs[taken[task.env]]
+        chosen.append(envs[taken[task.env]])
         taken[task.env] += 1
-        running.append(_Running(env, task, sample, turn_limit(env.spec, horizon), fmt))
-    return running
+    resets = each(_reset, list(zip(chosen, (task for task, _ in batch), strict=True)))
+    return [
+        _Running(env, task, sample, turn_limit(env.spec, horizon), fmt, reset)
+        for env, (task, sample), reset in zip(chosen, batch, resets, strict=True)
+    ]
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def each(fn: Callable[[tuple[Env, T]], R], items: list[tuple[Env, T]]) -> list[R]:
+    """`fn` over (environment, argument) pairs, in order. Where every environment waits on another process
+    (`Env.waits_on_process`: a sandbox, a server), on one thread per core, so that the waits overlap: colbench's
+    test runs and apps' cells took 0.68-0.85 and 0.22 of an evaluation, one after another
+    (`benchmarks/env_step_share.py`)."""
+    workers = min(len(items), len(os.sched_getaffinity(0)))
+    if workers < 2 or not all(env.waits_on_process for env, _ in items):
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(workers) as threads:
+        return list(threads.map(fn, items))
+
+
+def _reset(item: tuple[Env, Task]) -> str | EnvUnavailable:
+    env, task = item
+    try:
+        return env.reset(task)
+    except EnvUnavailable as e:
+        return e
+
+
+def _step(item: tuple[Env, str]) -> Step | EnvUnavailable:
+    env, action = item
+    try:
+        return env.step(action)
+    except EnvUnavailable as e:  # its server died or lost the session: the episode ends, the rest play on
+        return e
 
 
 TurnSampler = Callable[[list[_Running]], list[Completion]]
@@ -216,8 +255,10 @@ def _play_batch(
         turn += 1
         tokens = sum(len(reply.token_ids) for reply in replies)
         sampled += tokens
-        for i, reply in zip(live, replies, strict=True):
-            results[i] = _advance(running[i], reply, fmt, cfg)
+        actions = [_act(running[i], reply, fmt) for i, reply in zip(live, replies, strict=True)]
+        steps = each(_step, [(running[i].env, action) for i, action in zip(live, actions, strict=True)])
+        for i, reply, step in zip(live, replies, steps, strict=True):
+            results[i] = _observe(running[i], reply, step, fmt, cfg)
         going = [row for row, i in enumerate(live) if results[i] is None]
         if decoder is not None and going:
             decoder.keep(going)  # one copy of the cache per turn; every token of the next turn reads it
@@ -259,8 +300,8 @@ def _request_turn(
     return backend.complete(prompts, cfg.max_new_tokens, [fmt.eos_id], cfg.temperature, cfg.top_p)
 
 
-def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConfig) -> Episode | None:
-    """Record the reply, step the environment, and extend the sequence; the Episode if it ended."""
+def _act(ep: _Running, reply: Completion, fmt: ChatFormat) -> str:
+    """Record the reply; the action it names ("" when none parses: the environment says what is wrong)."""
     text = fmt.reply_text(reply.token_ids)
     action = parse_action(text, ep.env.spec.multiline_actions)
     ep.messages.append(
@@ -274,10 +315,15 @@ def _advance(ep: _Running, reply: Completion, fmt: ChatFormat, cfg: SamplingConf
         )
     )
     ep.ids += reply.token_ids
-    try:
-        step = ep.env.step(action or "")  # no parsable action: the environment says what is wrong
-    except EnvUnavailable as e:  # its server died or lost the session: this episode ends, the rest play on
-        ep.messages.append(Message("user", f"(environment unavailable: {e})", reward=ep.env.reward))
+    return action or ""
+
+
+def _observe(
+    ep: _Running, reply: Completion, step: Step | EnvUnavailable, fmt: ChatFormat, cfg: SamplingConfig
+) -> Episode | None:
+    """Record what the environment answered `reply` and extend the sequence; the Episode if it ended."""
+    if isinstance(step, EnvUnavailable):
+        ep.messages.append(Message("user", f"(environment unavailable: {step})", reward=ep.env.reward))
         return ep.finish("error")
     ep.messages.append(Message("user", step.observation, reward=step.reward))
     if step.done:

@@ -67,7 +67,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -304,7 +306,8 @@ def launch(
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     try:
-        proc = subprocess.Popen(
+        proc = _from_a_lasting_thread(
+            subprocess.Popen,
             [_python(), "-I", "-S", "-B", "-u", "-X", "utf8", "-c", _harness(), str(in_r), str(out_w), mode],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -347,6 +350,33 @@ def launch(
         },
     }
     return child
+
+
+_starter: ThreadPoolExecutor | None = None  # this process's thread that starts sandbox processes
+_starter_lock = threading.Lock()
+
+
+def _from_a_lasting_thread(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` called on a thread that lasts as long as this process (the main thread, or one
+    started for it). The harness asks the kernel to kill it when its parent dies, and the kernel sends that
+    signal when the *thread* that forked it ends: an apps interpreter started on a pool's thread (the engine
+    stepping episodes at once, a server's worker) died with that thread, between two cells."""
+    global _starter
+    if threading.current_thread() is threading.main_thread():
+        return fn(*args, **kwargs)
+    with _starter_lock:
+        if _starter is None:
+            _starter = ThreadPoolExecutor(1, thread_name_prefix="gymflow-sandbox-starter")
+    return _starter.submit(lambda: fn(*args, **kwargs)).result()  # a frame of this module (tests' fast tier)
+
+
+def _forget_starter() -> None:
+    """In a forked child: the parent's starter thread is not there, so the child starts its own."""
+    global _starter, _starter_lock
+    _starter, _starter_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_starter)
 
 
 def _spawn(

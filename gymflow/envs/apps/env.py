@@ -97,6 +97,7 @@ class AppsHidden(Hidden):
 
 class Apps(Env):
     hidden_schema = AppsHidden
+    waits_on_process = True  # every cell runs in the episode's sandboxed interpreter
     spec = EnvSpec(
         name="apps",
         description="AppWorld-style apps: write Python against phone, venmo, note and file APIs to do a task",
