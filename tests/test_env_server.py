@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import requests
@@ -35,6 +36,14 @@ MAZES = build_splits(Maze, 0, 3, seed=0)["eval"]
 WORDS = build_splits(Wordle, 0, 3, seed=0)["eval"]
 BABY = build_splits(BabyAI, 0, 3, seed=0)["eval"]
 QUERIES = build_splits(Sql, 0, 3, seed=0)["eval"]
+
+
+def no_data(tmp_path_factory) -> Path:
+    """An empty data folder: `serve-env` serves the instruction set when data/ has one (after `dvc repro`), and
+    draws the tasks of MAZES, WORDS and BABY only without one."""
+    return tmp_path_factory.mktemp("no_data")
+
+
 # What AgentGym's TextCraft and BabyAI clients keep of an action (they drop every other character).
 CLIENT_CHARS = re.compile(r"[A-Za-z0-9, ]*")
 
@@ -458,7 +467,9 @@ def test_a_server_that_dies_mid_episode_ends_that_episode_as_error(tmp_path):
 # ---- AgentGym's own clients (WooooDyy/AgentGym, agentenv/agentenv/envs/): their requests, as they send them ----
 @pytest.fixture(scope="module")
 def maze_url(tmp_path_factory):
-    with running("maze", "--n", "3", log=tmp_path_factory.mktemp("maze") / "log.txt") as url:
+    with running(
+        "maze", "--n", "3", log=tmp_path_factory.mktemp("maze") / "log.txt", data=no_data(tmp_path_factory)
+    ) as url:
         yield url
 
 
@@ -510,7 +521,13 @@ def test_agentgym_maze_client_episode_ends_at_the_limit_with_the_in_process_rewa
 
 @pytest.fixture(scope="module")
 def wordle_url(tmp_path_factory):
-    with running("wordle", "--n", "3", log=tmp_path_factory.mktemp("wordle") / "log.txt") as url:
+    with running(
+        "wordle",
+        "--n",
+        "3",
+        log=tmp_path_factory.mktemp("wordle") / "log.txt",
+        data=no_data(tmp_path_factory),
+    ) as url:
         yield url
 
 
@@ -542,7 +559,13 @@ def test_agentgym_wordle_client_lists_the_vocabulary_and_plays(wordle_url, base)
 
 @pytest.fixture(scope="module")
 def babyai_url(tmp_path_factory):
-    with running("babyai", "--n", "3", log=tmp_path_factory.mktemp("babyai") / "log.txt") as url:
+    with running(
+        "babyai",
+        "--n",
+        "3",
+        log=tmp_path_factory.mktemp("babyai") / "log.txt",
+        data=no_data(tmp_path_factory),
+    ) as url:
         yield url
 
 

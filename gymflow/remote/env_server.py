@@ -524,11 +524,14 @@ def serve(
 
 
 @contextmanager
-def running(env_name: str, *args: str, log: Path | None = None, timeout: float = 60.0) -> Iterator[str]:
-    """`gymflow serve-env env_name *args` in a process of its own on a free loopback port, up and answering
-    /health; its base URL. Stopped on exit; it dies with this process."""
+def running(
+    env_name: str, *args: str, log: Path | None = None, timeout: float = 60.0, data: Path | None = None
+) -> Iterator[str]:
+    """`gymflow [--data data] serve-env env_name *args` in a process of its own on a free loopback port, up and
+    answering /health; its base URL. Stopped on exit; it dies with this process."""
     port = free_port()
-    cmd = [sys.executable, "-m", "gymflow", "serve-env", env_name, "--port", str(port), *args]
+    folder = ["--data", str(data)] if data is not None else []
+    cmd = [sys.executable, "-m", "gymflow", *folder, "serve-env", env_name, "--port", str(port), *args]
     url = f"http://127.0.0.1:{port}"
     with started(cmd, url + "/health", log, timeout):
         yield url
