@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import requests
@@ -38,10 +37,13 @@ BABY = build_splits(BabyAI, 0, 3, seed=0)["eval"]
 QUERIES = build_splits(Sql, 0, 3, seed=0)["eval"]
 
 
-def no_data(tmp_path_factory) -> Path:
-    """An empty data folder: `serve-env` serves the instruction set when data/ has one (after `dvc repro`), and
-    draws the tasks of MAZES, WORDS and BABY only without one."""
-    return tmp_path_factory.mktemp("no_data")
+def served_fresh(env: str, tmp_path_factory) -> Iterator[str]:
+    """`gymflow serve-env env --n 3` on an empty data folder: with data/'s instruction set (after `dvc repro`) it
+    would serve that, and it draws the tasks of MAZES, WORDS and BABY only without one."""
+    with running(
+        env, "--n", "3", log=tmp_path_factory.mktemp(env) / "log.txt", data=tmp_path_factory.mktemp("no_data")
+    ) as url:
+        yield url
 
 
 # What AgentGym's TextCraft and BabyAI clients keep of an action (they drop every other character).
@@ -467,10 +469,7 @@ def test_a_server_that_dies_mid_episode_ends_that_episode_as_error(tmp_path):
 # ---- AgentGym's own clients (WooooDyy/AgentGym, agentenv/agentenv/envs/): their requests, as they send them ----
 @pytest.fixture(scope="module")
 def maze_url(tmp_path_factory):
-    with running(
-        "maze", "--n", "3", log=tmp_path_factory.mktemp("maze") / "log.txt", data=no_data(tmp_path_factory)
-    ) as url:
-        yield url
+    yield from served_fresh("maze", tmp_path_factory)
 
 
 def post(url: str, path: str, body: dict | None = None) -> dict:
@@ -521,14 +520,7 @@ def test_agentgym_maze_client_episode_ends_at_the_limit_with_the_in_process_rewa
 
 @pytest.fixture(scope="module")
 def wordle_url(tmp_path_factory):
-    with running(
-        "wordle",
-        "--n",
-        "3",
-        log=tmp_path_factory.mktemp("wordle") / "log.txt",
-        data=no_data(tmp_path_factory),
-    ) as url:
-        yield url
+    yield from served_fresh("wordle", tmp_path_factory)
 
 
 @pytest.mark.slow  # `gymflow serve-env` processes
@@ -559,14 +551,7 @@ def test_agentgym_wordle_client_lists_the_vocabulary_and_plays(wordle_url, base)
 
 @pytest.fixture(scope="module")
 def babyai_url(tmp_path_factory):
-    with running(
-        "babyai",
-        "--n",
-        "3",
-        log=tmp_path_factory.mktemp("babyai") / "log.txt",
-        data=no_data(tmp_path_factory),
-    ) as url:
-        yield url
+    yield from served_fresh("babyai", tmp_path_factory)
 
 
 @pytest.mark.slow  # `gymflow serve-env` processes
