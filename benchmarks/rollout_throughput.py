@@ -1,13 +1,14 @@
 """Rollout throughput of the engine, two tables in one run.
 
-1. Decoding against the hardware (`--batches`, `--sizes`): the engine's `Decoder` against a bare transformers
-   loop (the model's own `DynamicCache`, argmax, nothing else) on the same prompts (`--prompt-len` random ids,
+1. Decoding against the hardware (`--batches`, `--sizes`): the engine's `Decoder` against itself with
+   PyTorch's attention in every step instead of its decode kernel (`gymflow.models.decode_attention`) and
+   against a bare transformers loop (the model's own `DynamicCache`, argmax, nothing else) on the same prompts (`--prompt-len` random ids,
    then `--new-tokens` greedy steps, no environment), and both against two limits measured in the same run:
    the arithmetic one (the FLOP a generated token costs, at the mean context, over the GFLOP/s of a matrix
    product of the model's shapes at that batch) and the memory one (the bytes of KV cache each token's
-   attention reads, over the bandwidth of summing a large tensor). Both paths must give the same token ids.
+   attention reads, over the bandwidth of summing a large tensor). All three must give the same token ids.
 2. Episodes (`--env`): the engine against one episode at a time with `model.generate` over the whole
-   re-encoded history every turn, against itself without setting ended replies aside within a turn (every
+   re-encoded history every turn, against itself with PyTorch's attention, without setting ended replies aside within a turn (every
    row decodes until the longest reply ends: `sampling.PARK_ROWS`), with the cache copies of old (a gather
    that copied every kept row three times), and without `Decoder.keep` (finished episodes and earlier turns'
    padding left in the cache). Uses `--model` (default data/models/init) when it exists, otherwise a
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +37,7 @@ from gymflow.agent.react import parse_action
 from gymflow.config import ModelConfig
 from gymflow.envs import ENVS, make_env
 from gymflow.envs.instructions import build_splits
-from gymflow.models import sampling
+from gymflow.models import decode_attention, sampling
 from gymflow.models.build import build_model
 from gymflow.models.sampling import Decoder
 from gymflow.models.tokenizer import train_tokenizer
@@ -43,6 +46,7 @@ from gymflow.rollout.engine import SamplingConfig, rollout
 from gymflow.rollout.expert import run_expert
 
 NAIVE = "naive"  # generate() on the re-encoded history, one episode at a time
+PYTORCH_ATTENTION = "engine, PyTorch's attention"  # sdpa in every decoding step, not the decode kernel
 SIZES = {  # name -> decoder; 15M as benchmarks/rl_update.py's and gpu_check.py's second size
     "default": ModelConfig(),
     "15M": ModelConfig(hidden_size=384, intermediate_size=1536, layers=6, heads=6, kv_heads=6),
@@ -51,6 +55,18 @@ SIZES = {  # name -> decoder; 15M as benchmarks/rl_update.py's and gpu_check.py'
     "default-kv1": ModelConfig(kv_heads=1),
 }
 MAIN_SIZES = ["default", "15M"]  # what --sizes runs unless told
+
+
+@contextmanager
+def pytorch_attention(model) -> Iterator[None]:
+    """The engine as it was before its decode kernel: PyTorch's sdpa in every step."""
+    use = sampling.use_for_decoding
+    sampling.use_for_decoding = lambda model: None
+    model.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        sampling.use_for_decoding = use
 
 
 def gather_assemble(self, parts, rows: int) -> None:
@@ -165,10 +181,12 @@ def decode_table(sizes: list[str], batches: list[int], prompt_len: int, new_toke
         title=f"Greedy decoding: {prompt_len} prompt ids, then {new_tokens} tokens; "
         f"{torch.get_num_threads()} threads, read bandwidth {bandwidth:.1f} GB/s"
     )
-    columns = ["model", "batch", "engine tok/s", "bare tok/s", "x bare", "GFLOP/s", "arith. limit"]
+    columns = ["model", "batch", "engine tok/s", "with sdpa", "x sdpa", "bare tok/s", "x bare", "GFLOP/s"]
+    columns.append("arith. limit")
     for col in [*columns, "x arith.", "memory limit", "x memory", "same ids"]:
         table.add_column(col, justify="right")
     vocab = ModelConfig().vocab_size
+    decode_attention.kernel()  # built (once per machine) before anything is timed
     for size in sizes:
         cfg = SIZES[size]
         torch.manual_seed(0)
@@ -177,8 +195,10 @@ def decode_table(sizes: list[str], batches: list[int], prompt_len: int, new_toke
         flop, kv_bytes = per_token(cfg, vocab, prompt_len + new_tokens / 2)
         for batch in batches:
             prompts = torch.randint(2, vocab, (batch, prompt_len), generator=torch.Generator().manual_seed(0))
+            with pytorch_attention(model):
+                with_sdpa, sdpa_s = engine_decode(model, prompts, new_tokens)
+                bare, bare_s = bare_loop(model, prompts, new_tokens)
             ours, ours_s = engine_decode(model, prompts, new_tokens)
-            bare, bare_s = bare_loop(model, prompts, new_tokens)
             rate = batch * new_tokens / ours_s
             speed = gflops(batch, cfg.hidden_size, cfg.intermediate_size)
             arithmetic, memory = speed * 1e9 / flop, bandwidth * 1e9 / kv_bytes
@@ -186,6 +206,8 @@ def decode_table(sizes: list[str], batches: list[int], prompt_len: int, new_toke
                 f"{size} ({params / 1e6:.1f}M)",
                 str(batch),
                 f"{rate:,.0f}",
+                f"{batch * new_tokens / sdpa_s:,.0f}",
+                f"{sdpa_s / ours_s:.2f}",
                 f"{batch * new_tokens / bare_s:,.0f}",
                 f"{bare_s / ours_s:.2f}",
                 f"{speed:.0f}",
@@ -193,7 +215,7 @@ def decode_table(sizes: list[str], batches: list[int], prompt_len: int, new_toke
                 f"{rate / arithmetic:.2f}",
                 f"{memory:,.0f}",
                 f"{rate / memory:.2f}",
-                "yes" if ours == bare else "NO",
+                "yes" if ours == bare == with_sdpa else "NO",
             )
     return table
 
@@ -275,6 +297,7 @@ def main() -> None:
     assemble = sampling.GrowingLayer.assemble
     paths = [  # name, batch, decoder class, the fewest rows a decode sets ended replies aside from, cache copy
         (f"engine b{args.batch}", args.batch, Decoder, sampling.PARK_ROWS, assemble),
+        (PYTORCH_ATTENTION, args.batch, Decoder, sampling.PARK_ROWS, assemble),
         (f"engine b{args.batch}, copies by gather", args.batch, Decoder, sampling.PARK_ROWS, gather_assemble),
         (f"engine b{args.batch}, no setting aside", args.batch, Decoder, args.batch + 1, assemble),
         (f"engine b{args.batch}, no keep", args.batch, KeepAll, args.batch + 1, assemble),
@@ -284,15 +307,17 @@ def main() -> None:
     for name, batch, decoder, parks, copy in paths:
         engine.Decoder, sampling.PARK_ROWS, sampling.GrowingLayer.assemble = decoder, parks, copy
         start = time.perf_counter()
-        eps = rollout(
-            model, fmt, [(t, 0) for t in tasks], SamplingConfig(**{**cfg.__dict__, "batch_size": batch})
-        )
+        with pytorch_attention(model) if name == PYTORCH_ATTENTION else nullcontext():
+            eps = rollout(
+                model, fmt, [(t, 0) for t in tasks], SamplingConfig(**{**cfg.__dict__, "batch_size": batch})
+            )
         gen = sum(len(m.token_ids) for e in eps for m in e.messages)
         rows[name] = (len(eps), sum(e.turns for e in eps), gen, time.perf_counter() - start)
     engine.Decoder, sampling.PARK_ROWS, sampling.GrowingLayer.assemble = Decoder, park_rows, assemble
     naive_tasks = tasks[: max(4, args.episodes // 8)]  # the slow path on fewer episodes; rates compare
     start = time.perf_counter()
-    steps, gen = naive(model, fmt, naive_tasks, cfg, horizon)
+    with pytorch_attention(model):  # generate() as transformers runs it
+        steps, gen = naive(model, fmt, naive_tasks, cfg, horizon)
     rows[NAIVE] = (
         len(naive_tasks),
         steps,

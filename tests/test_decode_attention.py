@@ -32,7 +32,7 @@ def test_every_variant_is_the_attention_over_the_unpadded_positions():
                 scores = keys[i][b, h, first:] @ q[b, h, 0]
                 weights = torch.exp(scores - scores.max()) / torch.exp(scores - scores.max()).sum()
                 want[b, h, 0] = weights @ values[i][b, h, first:]
-        for name in ("sdpa (the engine's)", "matmul", "matmul, keys transposed"):
+        for name in ("sdpa", "kernel (the engine's)", "matmul", "matmul, keys transposed"):
             torch.testing.assert_close(fns[name](i), want, atol=1e-5, rtol=1e-5, msg=name)
         read = fns["read only"](i)
         torch.testing.assert_close(read, keys[i].sum() + values[i].sum())

@@ -16,6 +16,8 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
+from gymflow.models.decode_attention import use_for_decoding
+
 
 @dataclass
 class Completion:
@@ -182,10 +184,12 @@ class Decoder:
     `extend` appends a chunk of context per row (left-padded; padding is masked and takes no position) and
     returns each row's next-token logits; `decode` samples replies from them. A reply's last token is left
     out of the cache: the caller puts it at the start of that row's next chunk. So history is read once,
-    never re-encoded, and what the model sees is exactly the ids sampled.
+    never re-encoded, and what the model sees is exactly the ids sampled. On CPU the steps' attention is
+    `decode_attention`'s kernel.
     """
 
     def __init__(self, model: PreTrainedModel, batch: int, pad_id: int) -> None:
+        use_for_decoding(model)
         self.model, self.pad_id, self.device = model, pad_id, model.device
         self.cache = growing_cache()
         self.mask = torch.zeros((batch, 0), dtype=torch.long, device=self.device)

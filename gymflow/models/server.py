@@ -56,6 +56,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 from gymflow.errors import UserError
 from gymflow.models.build import load_tokenizer, resolve
+from gymflow.models.decode_attention import use_for_decoding
 from gymflow.models.sampling import Completion, sample
 from gymflow.serving import BadRequest, listen, read_json
 
@@ -279,6 +280,7 @@ class Guarded:
     vocabulary)."""
 
     def __init__(self, model: PreTrainedModel, *stops: threading.Event) -> None:
+        use_for_decoding(model)  # the sampler sees this wrapper, not the model
         self.model, self.stops, self.device = model, stops, model.device
         self.last_only = "logits_to_keep" in inspect.signature(model.forward).parameters
 
