@@ -116,3 +116,14 @@ class Vocab:
 
     def __len__(self) -> int:
         return 2048
+
+
+def test_without_a_compiler_decoding_warns_and_uses_sdpa(monkeypatch):
+    import torch.utils.cpp_extension
+
+    def no_compiler(**kwargs):
+        raise RuntimeError("Error building extension 'gymflow_decode_attention': g++: command not found")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", no_compiler)
+    with pytest.warns(UserWarning, match="could not be built .*g\\+\\+: command not found.*install gcc"):
+        assert decode_attention._build("NO_COMPILER") is None  # a capability of its own: the real one stays built

@@ -1,7 +1,8 @@
 """dvc.yaml's deps cover the code each stage runs, so a change to shared code reruns the stages that use it.
 
 A stage's code is its script plus every gymflow module the script imports, followed transitively (imports
-inside functions too: they run when the function does). A dep on a folder covers the files under it.
+inside functions too: they run when the function does), and the C++ sources such a module compiles. A dep on a
+folder covers the files under it.
 """
 
 import ast
@@ -20,6 +21,9 @@ STAGES = {  # foreach: its template
     for name, stage in yaml.safe_load((ROOT / pipeline).read_text())["stages"].items()
 }
 PACKAGES = ("gymflow", "stages")
+COMPILED = {  # a module -> the sources it compiles and runs (not imports, so the walk cannot see them)
+    "gymflow/models/decode_attention.py": ["gymflow/models/decode_attention.cpp"],
+}
 
 
 def module_file(name: str) -> Path | None:
@@ -76,7 +80,8 @@ def code_of(module: str) -> set[str]:
             if path is not None and path not in files:
                 files.add(path)
                 todo += imported_names(path)
-    return {str(p.relative_to(ROOT)) for p in files if p.name != "__init__.py" or runs_code(p)}
+    code = {str(p.relative_to(ROOT)) for p in files if p.name != "__init__.py" or runs_code(p)}
+    return code | {source for path in code for source in COMPILED.get(path, [])}
 
 
 def stage_module(stage: dict) -> str:

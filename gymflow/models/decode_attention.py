@@ -3,9 +3,8 @@
 Decoding is bound by reading the KV cache, and PyTorch's fused `scaled_dot_product_attention` reads it at about
 half the machine's streaming rate for one query per row (it pays per row and head for a matrix-vector product:
 `benchmarks/decode_attention.py`). `decode_attention.cpp` streams each row's keys and values once, with a
-running softmax, on PyTorch's own thread pool (a numba kernel on a second pool fought PyTorch's threads for the
-two cores and was slower than PyTorch's kernel: docs/results/speed.md). Everything else, prefill and training
-included, goes to PyTorch's kernel unchanged.
+running softmax, on PyTorch's own thread pool (`at::parallel_for`: no second pool competes with PyTorch's threads
+for the cores). Everything else, prefill and training included, goes to PyTorch's kernel unchanged.
 
 The kernel is compiled once per machine and CPU capability (`torch.utils.cpp_extension`, kept in PyTorch's
 extensions folder; `install.sh` builds it). Where it cannot be built, decoding warns once and uses PyTorch's.
@@ -15,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -39,12 +39,19 @@ FLAGS = [
 ]
 
 
-@functools.cache
+_building = threading.Lock()  # the server samples on several threads; one of them builds
+
+
 def kernel() -> ModuleType | None:
     """The compiled kernel for this CPU's capability, or None (with a warning) where it cannot be built."""
+    with _building:
+        return _build(torch.backends.cpu.get_cpu_capability())
+
+
+@functools.cache
+def _build(capability: str) -> ModuleType | None:
     from torch.utils.cpp_extension import load
 
-    capability = torch.backends.cpu.get_cpu_capability()
     try:
         return load(
             name=f"gymflow_decode_attention_{capability.lower()}",
@@ -57,7 +64,7 @@ def kernel() -> ModuleType | None:
         warnings.warn(
             f"the decode attention kernel could not be built ({reason}); decoding uses PyTorch's attention, "
             "about 1.3x slower at large batches: install gcc and the Python headers to build it",
-            stacklevel=2,
+            stacklevel=3,
         )
         return None
 
