@@ -13,6 +13,8 @@ extensions folder; `install.sh` builds it). Where it cannot be built, decoding w
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
 import math
 import threading
 import warnings
@@ -50,15 +52,24 @@ def kernel() -> ModuleType | None:
 
 @functools.cache
 def _build(capability: str) -> ModuleType | None:
-    from torch.utils.cpp_extension import load
+    """Import the kernel built for this source, these flags and this torch, or build it. The name carries a
+    digest of all three, so a build that exists is imported as it is: no compiler, no build lock (a process
+    killed inside `load` leaves the lock behind, and every later `load` of that name waits for it)."""
+    from torch.utils.cpp_extension import get_default_build_root, load
 
+    flags = [*FLAGS, *ISA_FLAGS.get(capability, [])]
+    digest = hashlib.sha256(f"{SOURCE.read_text()}{flags}{torch.__version__}".encode()).hexdigest()[:12]
+    name = f"gymflow_decode_attention_{capability.lower()}_{digest}"
+    folder = Path(get_default_build_root()) / name
+    built = folder / f"{name}.so"
     try:
-        return load(
-            name=f"gymflow_decode_attention_{capability.lower()}",
-            sources=[str(SOURCE)],
-            extra_cflags=[*FLAGS, *ISA_FLAGS.get(capability, [])],
-            verbose=False,
-        )
+        if built.is_file():
+            spec = importlib.util.spec_from_file_location(name, built)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+        folder.mkdir(parents=True, exist_ok=True)
+        return load(name=name, sources=[str(SOURCE)], extra_cflags=flags, build_directory=str(folder))
     except (OSError, RuntimeError, ImportError) as error:  # no compiler, no headers, no ninja
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         warnings.warn(
