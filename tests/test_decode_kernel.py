@@ -2,6 +2,7 @@
 hand and a softmax written out, and the engine's greedy decoding with it against PyTorch's attention."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -126,4 +127,18 @@ def test_without_a_compiler_decoding_warns_and_uses_sdpa(monkeypatch):
 
     monkeypatch.setattr(torch.utils.cpp_extension, "load", no_compiler)
     with pytest.warns(UserWarning, match="could not be built .*g\\+\\+: command not found.*install gcc"):
-        assert decode_attention._build("NO_COMPILER") is None  # a capability of its own: the real one stays built
+        assert (
+            decode_attention._build("NO_COMPILER") is None
+        )  # a capability of its own: the real one stays built
+
+
+def test_the_kernel_is_built_where_pytorch_builds_extensions(monkeypatch, tmp_path):
+    import torch.utils.cpp_extension
+
+    folders = []
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(
+        torch.utils.cpp_extension, "load", lambda **kwargs: folders.append(kwargs["build_directory"])
+    )
+    decode_attention._build("ELSEWHERE")
+    assert len(folders) == 1 and Path(folders[0]).parent == tmp_path and Path(folders[0]).is_dir()

@@ -7,7 +7,7 @@ running softmax, on PyTorch's own thread pool (`at::parallel_for`: no second poo
 for the cores). Everything else, prefill and training included, goes to PyTorch's kernel unchanged.
 
 The kernel is compiled once per machine and CPU capability (`torch.utils.cpp_extension`, kept in PyTorch's
-extensions folder; `install.sh` builds it). Where it cannot be built, decoding warns once and uses PyTorch's.
+extensions folder, `$TORCH_EXTENSIONS_DIR` where set; `install.sh` builds it). Where it cannot be built, decoding warns once and uses PyTorch's.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.util
 import math
+import os
 import threading
 import warnings
 from pathlib import Path
@@ -60,7 +61,7 @@ def _build(capability: str) -> ModuleType | None:
     flags = [*FLAGS, *ISA_FLAGS.get(capability, [])]
     digest = hashlib.sha256(f"{SOURCE.read_text()}{flags}{torch.__version__}".encode()).hexdigest()[:12]
     name = f"gymflow_decode_attention_{capability.lower()}_{digest}"
-    folder = Path(get_default_build_root()) / name
+    folder = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()) / name  # as PyTorch's
     built = folder / f"{name}.so"
     try:
         if built.is_file():
