@@ -58,11 +58,13 @@ MAIN_SIZES = ["default", "15M"]  # what --sizes runs unless told
 
 
 @contextmanager
-def pytorch_attention(model) -> Iterator[None]:
-    """The engine as it was before its decode kernel: PyTorch's sdpa in every step."""
+def pytorch_attention(model=None) -> Iterator[None]:
+    """The engine as it was before its decode kernel: PyTorch's sdpa in every step, for decoders made inside
+    and for `model` (already switched to the kernel) if given."""
     use = sampling.use_for_decoding
     sampling.use_for_decoding = lambda model: None
-    model.set_attn_implementation("sdpa")
+    if model is not None:
+        model.set_attn_implementation("sdpa")
     try:
         yield
     finally:
