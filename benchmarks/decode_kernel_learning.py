@@ -31,7 +31,9 @@ import statistics
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 from rich.console import Console
 from rich.table import Table
@@ -54,6 +56,11 @@ from stages.rl import train_tasks  # noqa: E402
 
 ARMS = ("kernel", "pytorch")  # the decode kernel in every decoding step; PyTorch's sdpa in every step
 START = "start"  # the starting agent's evaluation under --work
+COMPARISONS = (  # label, method, baseline
+    ("kernel - PyTorch's attention", "kernel", "pytorch"),
+    ("kernel - start", "kernel", START),
+    ("PyTorch's attention - start", "pytorch", START),
+)
 
 
 @contextmanager
@@ -66,13 +73,11 @@ def decoding(arm: str, counts: dict[str, int]) -> Iterator[None]:
         if compiled is None:
             return None
 
-        class Counting:
-            @staticmethod
-            def attend(*args):
-                counts["kernel_steps"] += 1
-                return compiled.attend(*args)
+        def attend(*args):
+            counts["kernel_steps"] += 1
+            return compiled.attend(*args)
 
-        return Counting
+        return SimpleNamespace(attend=attend)
 
     decode_attention.kernel = counted
     try:
@@ -133,8 +138,9 @@ def over_seeds(diffs: list[float]) -> tuple[float, float]:
     return mean, se
 
 
-def report(results: dict, seeds: list[int], envs: list[str]) -> str:
-    """The table as markdown (also printed)."""
+def report(results: dict[str, dict[int, dict[str, Paired]]], seeds: list[int], envs: list[str]) -> str:
+    """The table as markdown (also printed); `results[env][seed][label]` pairs a comparison's method with its
+    baseline."""
     lines = [
         "| env | comparison | "
         + " | ".join(f"seed {s}" for s in seeds)
@@ -143,12 +149,8 @@ def report(results: dict, seeds: list[int], envs: list[str]) -> str:
     ]
     table = Table("env", "comparison", *(f"seed {s}" for s in seeds), "pooled (paired SE)", "over seeds")
     for env in envs:
-        for label, method, baseline in (
-            ("kernel - PyTorch's attention", "kernel", "pytorch"),
-            ("kernel - start", "kernel", START),
-            ("PyTorch's attention - start", "pytorch", START),
-        ):
-            parts = [Paired(**results[env][s][f"{method}-{baseline}"]) for s in seeds]
+        for label, _, _ in COMPARISONS:
+            parts = [results[env][s][label] for s in seeds]
             pooled = pool(parts)
             mean, se = over_seeds([p.mean for p in parts])
             cells = [f"{p.mean:+.3f} ({p.method:.3f} vs {p.baseline:.3f})" for p in parts]
@@ -157,6 +159,15 @@ def report(results: dict, seeds: list[int], envs: list[str]) -> str:
             lines.append(f"| {env} | {label} | " + " | ".join(cells) + " |")
     Console().print(table)
     return "\n".join(lines) + "\n"
+
+
+def stored(results: dict[str, dict[int, dict[str, Paired]]]) -> dict:
+    """`results` as the JSON file keeps them: per env, seed and method-baseline, n, mean, sd and both successes."""
+    keys = {label: f"{m}-{b}" for label, m, b in COMPARISONS}
+    return {
+        env: {seed: {keys[label]: asdict(p) for label, p in cells.items()} for seed, cells in row.items()}
+        for env, row in results.items()
+    }
 
 
 def main() -> None:
@@ -193,17 +204,14 @@ def main() -> None:
             success[arm] = evaluate(f"{arm}-s{seed}", model_dir, params, args.work)
         for env in envs:
             results[env][seed] = {
-                f"{m}-{b}": paired(success[m][env], success[b][env]).to_dict()
-                for m, b in (("kernel", "pytorch"), ("kernel", START), ("pytorch", START))
+                label: paired(success[m][env], success[b][env]) for label, m, b in COMPARISONS
             }
-    for row in results.values():  # to_dict adds se and z, which Paired does not take back
-        for cells in row.values():
-            for cell in cells.values():
-                cell.pop("se"), cell.pop("z")
     table = report(results, args.seeds, envs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text(args.out.with_suffix(".md"), table)
-    write_text(args.out.with_suffix(".json"), json.dumps({"results": results, "runs": runs}, indent=2))
+    write_text(
+        args.out.with_suffix(".json"), json.dumps({"results": stored(results), "runs": runs}, indent=2)
+    )
 
 
 if __name__ == "__main__":

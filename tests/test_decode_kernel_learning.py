@@ -21,6 +21,7 @@ SPEC = importlib.util.spec_from_file_location(
 bench = sys.modules[SPEC.name] = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(bench)
 
+LABELS = [label for label, _, _ in bench.COMPARISONS]
 PROMPTS = [[5, 9, 3, 7], [4, 2], [8, 8, 6, 11, 12, 3]]
 
 
@@ -50,20 +51,22 @@ def test_differences_over_seeds_by_hand():
     assert bench.over_seeds([0.2])[1] == math.inf
 
 
-def test_the_table_pairs_each_seed_and_pools(capsys):
+def test_the_table_pairs_each_seed_and_pools():
     # seed 0: kernel wins one task of two against PyTorch's; seed 1: they agree
-    tasks = {"a": 1.0, "b": 0.0}
-    one = {
-        "kernel-pytorch": paired({"a": 1.0, "b": 1.0}, tasks).to_dict(),
-        "kernel-start": paired({"a": 1.0, "b": 1.0}, {"a": 0.0, "b": 0.0}).to_dict(),
-        "pytorch-start": paired(tasks, {"a": 0.0, "b": 0.0}).to_dict(),
-    }
-    two = {key: paired(tasks, tasks).to_dict() for key in one}
-    for cells in (one, two):
-        for cell in cells.values():
-            cell.pop("se"), cell.pop("z")
+    tasks, solved, failed = {"a": 1.0, "b": 0.0}, {"a": 1.0, "b": 1.0}, {"a": 0.0, "b": 0.0}
+    one = dict(
+        zip(LABELS, (paired(solved, tasks), paired(solved, failed), paired(tasks, failed)), strict=True)
+    )
+    two = {label: paired(tasks, tasks) for label in LABELS}
     table = bench.report({"maze": {0: one, 1: two}}, [0, 1], ["maze"])
     row = next(line for line in table.splitlines() if "kernel - PyTorch" in line)
     assert "+0.500 (1.000 vs 0.500)" in row and "+0.000 (0.500 vs 0.500)" in row
     # pooled: differences (0, 1, 0, 0): mean 0.25, sd 0.5, se 0.25; over seeds: (0.5, 0): 0.25 +- 0.25
     assert "+0.250 +- 0.250 | +0.250 +- 0.250 |" in row
+    assert bench.stored({"maze": {0: one}})["maze"][0]["kernel-pytorch"] == {
+        "n": 2,
+        "mean": 0.5,
+        "sd": math.sqrt(0.5),
+        "method": 1.0,
+        "baseline": 0.5,
+    }  # the JSON file's cells: what `paired` returns, under method-baseline keys
